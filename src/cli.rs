@@ -1,0 +1,98 @@
+//! The command line, as clap derive types. Raw arguments only: commands turn them into
+//! validated values (filters, ids, config) before doing anything.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "deadletter", version, about = "The dead-letter queue for a self-hosted n8n", long_about = None)]
+pub struct Cli {
+    /// Config file (TOML). Without one, the embedded defaults apply.
+    #[arg(long, global = true, env = "DEADLETTER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Directory holding deadletter.db (overrides storage.data_dir).
+    #[arg(long, global = true, env = "DEADLETTER_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server: HTTP API on loopback, durable storage.
+    Serve(ServeArgs),
+    /// List dead letters, newest first (reads the database directly; no server needed).
+    List(ListArgs),
+    /// Show one dead letter with its payload, error and audit events.
+    Show(ShowArgs),
+    /// Write or validate the config file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (overrides server.listen); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// new, retry_scheduled, retrying, review, ready_for_replay, replaying, replayed,
+    /// replay_failed, resolved, skipped
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// Workflow id or exact name.
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// transient, rate_limited, auth, validation, conflict, business, unknown
+    #[arg(long = "class")]
+    pub failure_class: Option<String>,
+    #[arg(long)]
+    pub fingerprint: Option<String>,
+    /// First seen at or after this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// First seen before this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Substring of the error message.
+    #[arg(long = "message", short = 'q')]
+    pub message: Option<String>,
+    /// Continue after this cursor (printed at the end of a full page).
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Print JSON (the API's shape) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    pub id: String,
+    /// Print JSON (the API's shape).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Write the commented example config (to PATH, or standard output).
+    Init {
+        path: Option<PathBuf>,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Validate a config file; names every bad key by its path.
+    Check { path: PathBuf },
+}

@@ -1,0 +1,36 @@
+//! `deadletter config init [PATH]` and `deadletter config check FILE`.
+
+use std::io::Write;
+
+use anyhow::{bail, Context};
+
+use crate::cli::ConfigCommand;
+use crate::config::{Config, EXAMPLE};
+
+pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
+    match cmd {
+        ConfigCommand::Init { path: None, .. } => {
+            std::io::stdout().write_all(EXAMPLE.as_bytes())?;
+        }
+        ConfigCommand::Init { path: Some(path), force } => {
+            if path.exists() && !force {
+                bail!("{} exists; pass --force to overwrite it", path.display());
+            }
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            }
+            std::fs::write(&path, EXAMPLE).with_context(|| format!("writing {}", path.display()))?;
+            println!("wrote {}", path.display());
+        }
+        ConfigCommand::Check { path } => {
+            let c = Config::load(&path)?;
+            println!(
+                "{} is valid: listen {}, data in {}",
+                path.display(),
+                c.server.listen,
+                c.storage.data_dir.display()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! One file per subcommand, each with `run(…) -> anyhow::Result<()>`. The only place that
+//! prints for humans. Exit codes live in `ExitCode`.
+
+pub mod config;
+pub mod list;
+pub mod serve;
+pub mod show;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::cli::Cli;
+use crate::config::Config;
+use crate::store::ReadPool;
+
+/// Meaningful exit codes, beside 0 (success), 1 (any other failure) and 2 (bad usage, clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    ConfigInvalid = 3,
+    NotFound = 4,
+}
+
+/// The config the global flags name: `--config` or the embedded default, then `--data-dir`.
+pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
+    let mut config = match &cli.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default_config()?,
+    };
+    if let Some(dir) = &cli.data_dir {
+        config.set_data_dir(dir.clone());
+    }
+    Ok(config)
+}
+
+/// A reader on the database (the CLI reads directly; it works with or without the server).
+pub fn open_readers(config: &Config) -> anyhow::Result<ReadPool> {
+    let path: PathBuf = config.storage.db_path();
+    ReadPool::open(&path, config.storage.busy_timeout)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+/// "3m ago", "2h ago", "5d ago".
+pub fn ago(t: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>) -> String {
+    let s = (now - t).num_seconds().max(0);
+    match s {
+        0..=59 => format!("{s}s ago"),
+        60..=3599 => format!("{}m ago", s / 60),
+        3600..=86_399 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86_400),
+    }
+}
+
+/// Cut to `max` characters, with an ellipsis.
+pub fn clip(s: &str, max: usize) -> String {
+    let one_line = s.replace(['\n', '\r', '\t'], " ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let mut out: String = one_line.chars().take(max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}

@@ -1,0 +1,103 @@
+//! `deadletter show ID`: one record, readable, or the API's JSON.
+
+use std::fmt::Write;
+
+use super::{ago, open_readers};
+use crate::cli::ShowArgs;
+use crate::config::Config;
+use crate::model::RecordId;
+use crate::store::RecordDetail;
+
+pub fn run(config: &Config, args: ShowArgs) -> anyhow::Result<()> {
+    let id = RecordId::parse(&args.id).map_err(anyhow::Error::msg)?;
+    let readers = open_readers(config)?;
+    let rec = readers.get(id.get())?;
+    if args.json {
+        println!("{}", String::from_utf8_lossy(&rec.to_json()?));
+    } else {
+        print!("{}", render(&rec, chrono::Utc::now()));
+    }
+    Ok(())
+}
+
+fn pretty(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| json.to_owned())
+}
+
+fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
+    let r = &rec.summary;
+    let mut out = String::new();
+    let mut field = |name: &str, v: Option<String>| {
+        if let Some(v) = v {
+            let _ = writeln!(out, "{name:<18}{v}");
+        }
+    };
+    field("id", Some(r.id.to_string()));
+    field("status", Some(r.status.clone()));
+    field("class", Some(format!("{} (rule {})", r.failure_class, r.class_rule)));
+    field("fingerprint", Some(r.fingerprint.to_string()));
+    field("partition", Some(r.partition.clone()));
+    field("source", Some(r.source.clone()));
+    field(
+        "workflow",
+        match (&r.workflow_name, &r.workflow_id) {
+            (Some(n), Some(i)) => Some(format!("{n} ({i})")),
+            (n, i) => n.clone().or(i.clone()),
+        },
+    );
+    field("execution", r.execution_id.clone().map(|e| match &r.execution_mode {
+        Some(m) => format!("{e} ({m})"),
+        None => e,
+    }));
+    field("execution url", r.execution_url.clone());
+    field("node", r.node_name.clone().map(|n| match &r.node_type {
+        Some(t) => format!("{n} ({t})"),
+        None => n,
+    }));
+    field("http status", r.http_status.map(|s| s.to_string()));
+    field("error code", r.error_code.clone());
+    field("error", r.error_message.clone().map(|m| match &r.error_name {
+        Some(n) => format!("{n}: {m}"),
+        None => m,
+    }));
+    field("first seen", Some(format!("{} ({})", r.first_seen_at.to_rfc3339(), ago(r.first_seen_at, now))));
+    field("last seen", Some(format!("{} ({})", r.last_seen_at.to_rfc3339(), ago(r.last_seen_at, now))));
+    field("occurrences", Some(r.occurrences.to_string()));
+    field("idempotency key", r.idempotency_key.clone());
+    field("event id", r.external_event_id.clone());
+    field("correlation id", r.correlation_id.clone());
+    field("tenant", r.tenant_id.clone());
+    field("replay url", r.replay_url.clone());
+    match &rec.payload {
+        Some(p) => {
+            let _ = writeln!(
+                out,
+                "\npayload (version {}, {} bytes, stored {} as {}, sha256 {}):\n{}",
+                p.version,
+                p.size,
+                p.stored_size,
+                p.codec,
+                &p.sha256[..16],
+                pretty(&p.json)
+            );
+        }
+        None => out.push_str("\npayload: none (an Error Trigger record carries only the error)\n"),
+    }
+    if let Some(e) = &rec.error {
+        let _ = writeln!(out, "\nerror object ({} bytes):\n{}", e.size, pretty(&e.json));
+    }
+    out.push_str("\nevents:\n");
+    for e in &rec.events {
+        let _ = writeln!(
+            out,
+            "  {}  {:<10} by {}{}",
+            e.at.to_rfc3339(),
+            e.kind,
+            e.actor,
+            e.to_status.as_ref().map(|s| format!(" -> {s}")).unwrap_or_default()
+        );
+    }
+    out
+}

@@ -1,0 +1,505 @@
+//! TOML → validated `Config`.
+//!
+//! `RawConfig` mirrors the file (every key defaulted, so no file at all is a valid config);
+//! `Config::parse` turns it into typed values (socket address, partition, compiled rules) and
+//! reports *every* problem at once, each named by its key path: unknown keys (collected with
+//! serde_ignored rather than `deny_unknown_fields`, which stops at the first), a wrong type, or
+//! a value out of range. The commented example in `config.example.toml` is embedded in the
+//! binary: it is what `deadletter config init` writes and what a test checks parses to the
+//! defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::classify::{RuleSpec, Rules};
+use crate::model::{FailureClass, Partition};
+
+/// The commented example config, embedded so `config init` needs no file beside the binary.
+pub const EXAMPLE: &str = include_str!("../config.example.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} problem(s) in {origin}:\n{}", problems.len(), problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        origin: String,
+        problems: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub ingest: IngestConfig,
+    pub redact: RedactConfig,
+    pub logging: LoggingConfig,
+    pub rules: Rules,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub body_limit_bytes: usize,
+    pub batch_max_items: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    pub compress_above_bytes: usize,
+    pub zstd_level: i32,
+    pub busy_timeout: Duration,
+    pub writer_max_batch: usize,
+}
+
+impl StorageConfig {
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("deadletter.db")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    pub default_partition: Partition,
+    pub dedup_identical_bodies: bool,
+    pub max_request_header_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedactConfig {
+    /// The configured keys plus `extra_keys`, as written (the redactor normalises them).
+    pub keys: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoggingConfig {
+    pub level: String,
+    pub dir: PathBuf,
+    pub keep_files: usize,
+    pub stderr: bool,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RawConfig {
+    server: RawServer,
+    storage: RawStorage,
+    ingest: RawIngest,
+    redact: RawRedact,
+    logging: RawLogging,
+    classify: RawClassify,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawServer {
+    listen: String,
+    body_limit_bytes: u64,
+    batch_max_items: u64,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: "127.0.0.1:7680".into(),
+            body_limit_bytes: 16 * 1024 * 1024,
+            batch_max_items: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawStorage {
+    data_dir: String,
+    compress_above_bytes: u64,
+    zstd_level: i64,
+    busy_timeout_ms: u64,
+    writer_max_batch: u64,
+}
+
+impl Default for RawStorage {
+    fn default() -> Self {
+        RawStorage {
+            data_dir: String::new(),
+            compress_above_bytes: 1024,
+            zstd_level: 3,
+            busy_timeout_ms: 5000,
+            writer_max_batch: 256,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawIngest {
+    default_partition: String,
+    dedup_identical_bodies: bool,
+    max_request_header_bytes: u64,
+}
+
+impl Default for RawIngest {
+    fn default() -> Self {
+        RawIngest {
+            default_partition: "default".into(),
+            dedup_identical_bodies: true,
+            max_request_header_bytes: 4096,
+        }
+    }
+}
+
+/// The keys whose values never reach the database or the logs.
+pub const DEFAULT_REDACT_KEYS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "api_key",
+    "apikey",
+    "token",
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "password",
+    "passwd",
+    "secret",
+    "client_secret",
+    "private_key",
+    "x-n8n-api-key",
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawRedact {
+    keys: Vec<String>,
+    extra_keys: Vec<String>,
+}
+
+impl Default for RawRedact {
+    fn default() -> Self {
+        RawRedact {
+            keys: DEFAULT_REDACT_KEYS.iter().map(|s| s.to_string()).collect(),
+            extra_keys: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawLogging {
+    level: String,
+    dir: String,
+    keep_files: u64,
+    stderr: bool,
+}
+
+impl Default for RawLogging {
+    fn default() -> Self {
+        RawLogging {
+            level: "info".into(),
+            dir: String::new(),
+            keep_files: 14,
+            stderr: true,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawClassify {
+    include_defaults: bool,
+    rules: Vec<RawRule>,
+}
+
+impl Default for RawClassify {
+    fn default() -> Self {
+        RawClassify {
+            include_defaults: true,
+            rules: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RawRule {
+    name: String,
+    class: String,
+    #[serde(default)]
+    http_status: Vec<u16>,
+    #[serde(default)]
+    error_code: Vec<String>,
+    #[serde(default)]
+    error_text: Option<String>,
+    #[serde(default)]
+    node_type: Option<String>,
+    #[serde(default)]
+    workflow: Option<String>,
+}
+
+impl Config {
+    /// The embedded defaults: what `deadletter serve` runs on with no file.
+    pub fn default_config() -> Result<Config, ConfigError> {
+        Config::parse("", "the embedded default config")
+    }
+
+    /// Read and validate a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parse TOML text; `origin` names it in error messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let invalid = |problems: Vec<String>| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            problems,
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| invalid(vec![one_line(&e)]))?;
+        let mut unknown = Vec::new();
+        let mut track = serde_path_to_error::Track::new();
+        let raw: Result<RawConfig, _> = serde_ignored::deserialize(
+            serde_path_to_error::Deserializer::new(de, &mut track),
+            |path| unknown.push(format!("{path}: unknown key")),
+        );
+        let raw = match raw {
+            Ok(raw) => raw,
+            Err(e) => {
+                let path = track.path().to_string();
+                let mut problems = unknown;
+                problems.push(format!("{path}: {}", one_line(&e)));
+                return Err(invalid(problems));
+            }
+        };
+        let mut problems = unknown;
+        let config = validate(raw, &mut problems);
+        match config {
+            Some(c) if problems.is_empty() => Ok(c),
+            _ => Err(invalid(problems)),
+        }
+    }
+
+    /// The platform's per-user data dir for deadletter.
+    pub fn platform_data_dir() -> Option<PathBuf> {
+        directories::ProjectDirs::from("", "", "deadletter").map(|d| d.data_dir().to_owned())
+    }
+
+    /// Point the data dir somewhere else (`--data-dir`); logs follow unless set explicitly.
+    pub fn set_data_dir(&mut self, dir: PathBuf) {
+        if self.logging.dir == self.storage.data_dir.join("logs") {
+            self.logging.dir = dir.join("logs");
+        }
+        self.storage.data_dir = dir;
+    }
+}
+
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('|') && !l.chars().all(|c| c == '^' || c == ' '))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
+    let mut bad = |p: String| problems.push(p);
+
+    let listen = raw
+        .server
+        .listen
+        .parse::<SocketAddr>()
+        .map_err(|_| {
+            bad(format!(
+                "server.listen: `{}` is not an address like 127.0.0.1:7680",
+                raw.server.listen
+            ))
+        })
+        .ok();
+    let body_limit_bytes = in_range(&mut bad, "server.body_limit_bytes", raw.server.body_limit_bytes, 1024, 1 << 30);
+    let batch_max_items = in_range(&mut bad, "server.batch_max_items", raw.server.batch_max_items, 1, 100_000);
+
+    let data_dir = if raw.storage.data_dir.trim().is_empty() {
+        match Config::platform_data_dir() {
+            Some(d) => Some(d),
+            None => {
+                bad("storage.data_dir: empty, and this platform has no per-user data dir (is HOME set?)".into());
+                None
+            }
+        }
+    } else {
+        Some(PathBuf::from(&raw.storage.data_dir))
+    };
+    let compress_above_bytes = in_range(&mut bad, "storage.compress_above_bytes", raw.storage.compress_above_bytes, 0, 1 << 30);
+    let zstd_level = in_range(&mut bad, "storage.zstd_level", raw.storage.zstd_level.max(0) as u64, 1, 19) as i32;
+    if raw.storage.zstd_level < 1 {
+        bad("storage.zstd_level: must be from 1 to 19".into());
+    }
+    let busy_timeout_ms = in_range(&mut bad, "storage.busy_timeout_ms", raw.storage.busy_timeout_ms, 0, 600_000);
+    let writer_max_batch = in_range(&mut bad, "storage.writer_max_batch", raw.storage.writer_max_batch, 1, 10_000);
+
+    let default_partition = Partition::parse(&raw.ingest.default_partition)
+        .map_err(|m| bad(format!("ingest.default_partition: {m}")))
+        .ok();
+    let max_request_header_bytes = in_range(&mut bad, "ingest.max_request_header_bytes", raw.ingest.max_request_header_bytes, 64, 1 << 20);
+
+    let mut keys = raw.redact.keys;
+    keys.extend(raw.redact.extra_keys);
+    for (i, k) in keys.iter().enumerate() {
+        if k.trim().is_empty() {
+            bad(format!("redact.keys[{i}]: empty key"));
+        }
+    }
+
+    let keep_files = in_range(&mut bad, "logging.keep_files", raw.logging.keep_files, 1, 10_000);
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.logging.level) {
+        bad(format!("logging.level: `{}` is not a log filter: {e}", raw.logging.level));
+    }
+
+    let mut specs = Vec::new();
+    for (i, r) in raw.classify.rules.into_iter().enumerate() {
+        let path = format!("classify.rules[{i}]");
+        let class = r
+            .class
+            .parse::<FailureClass>()
+            .map_err(|m| bad(format!("{path}.class: {m}")))
+            .ok();
+        if r.http_status.is_empty()
+            && r.error_code.is_empty()
+            && r.error_text.is_none()
+            && r.node_type.is_none()
+            && r.workflow.is_none()
+        {
+            bad(format!("{path}: `{}` has no matcher (http_status, error_code, error_text, node_type or workflow)", r.name));
+        }
+        for s in &r.http_status {
+            if !(100..=599).contains(s) {
+                bad(format!("{path}.http_status: {s} is not an HTTP status"));
+            }
+        }
+        // Compiled even when the class is bad, so a bad regex in the same rule is reported too.
+        specs.push((
+            path,
+            RuleSpec {
+                name: r.name,
+                class: class.unwrap_or(FailureClass::Unknown),
+                http_status: r.http_status,
+                error_code: r.error_code,
+                error_text: r.error_text,
+                node_type: r.node_type,
+                workflow: r.workflow,
+            },
+        ));
+    }
+    let rules = match Rules::build(specs, raw.classify.include_defaults) {
+        Ok(r) => Some(r),
+        Err(errs) => {
+            problems.extend(errs);
+            None
+        }
+    };
+
+    let data_dir = data_dir?;
+    let log_dir = if raw.logging.dir.trim().is_empty() {
+        data_dir.join("logs")
+    } else {
+        PathBuf::from(&raw.logging.dir)
+    };
+    Some(Config {
+        server: ServerConfig {
+            listen: listen?,
+            body_limit_bytes: body_limit_bytes as usize,
+            batch_max_items: batch_max_items as usize,
+        },
+        storage: StorageConfig {
+            data_dir,
+            compress_above_bytes: compress_above_bytes as usize,
+            zstd_level,
+            busy_timeout: Duration::from_millis(busy_timeout_ms),
+            writer_max_batch: writer_max_batch as usize,
+        },
+        ingest: IngestConfig {
+            default_partition: default_partition?,
+            dedup_identical_bodies: raw.ingest.dedup_identical_bodies,
+            max_request_header_bytes: max_request_header_bytes as usize,
+        },
+        redact: RedactConfig { keys },
+        logging: LoggingConfig {
+            level: raw.logging.level,
+            dir: log_dir,
+            keep_files: keep_files as usize,
+            stderr: raw.logging.stderr,
+        },
+        rules: rules?,
+    })
+}
+
+fn in_range(bad: &mut impl FnMut(String), path: &str, v: u64, lo: u64, hi: u64) -> u64 {
+    if v < lo || v > hi {
+        bad(format!("{path}: {v} is out of range ({lo} to {hi})"));
+    }
+    v.clamp(lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_file_means_the_documented_defaults() {
+        let c = Config::default_config().unwrap();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:7680");
+        assert_eq!(c.server.body_limit_bytes, 16 * 1024 * 1024);
+        assert_eq!(c.storage.compress_above_bytes, 1024);
+        assert_eq!(c.ingest.default_partition.as_str(), "default");
+        assert!(c.storage.data_dir.ends_with("deadletter"));
+    }
+
+    #[test]
+    fn the_embedded_example_parses_to_the_same_defaults() {
+        let ex = Config::parse(EXAMPLE, "example").unwrap();
+        let def = Config::default_config().unwrap();
+        assert_eq!(format!("{ex:?}"), format!("{def:?}"));
+    }
+
+    #[test]
+    fn every_unknown_key_is_named_by_its_path() {
+        let err = Config::parse(
+            "[server]\nlisten='127.0.0.1:1'\nlistn='x'\n[storage]\nfoo=1\n[nope]\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("server.listn: unknown key"), "{err}");
+        assert!(err.contains("storage.foo: unknown key"), "{err}");
+        assert!(err.contains("nope: unknown key"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_and_values_are_named_by_path() {
+        let err = Config::parse("[server]\nbody_limit_bytes='big'\n", "t").unwrap_err().to_string();
+        assert!(err.contains("server.body_limit_bytes"), "{err}");
+        let err = Config::parse(
+            "[server]\nlisten='nowhere'\n[[classify.rules]]\nname='x'\nclass='sad'\nerror_text='('\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("server.listen"), "{err}");
+        assert!(err.contains("classify.rules[0].class"), "{err}");
+        assert!(err.contains("classify.rules[0].error_text"), "{err}");
+        let err = Config::parse("[[classify.rules]]\nname='x'\nclass='auth'\nbogus=1\n", "t").unwrap_err().to_string();
+        assert!(err.contains("classify.rules") && err.contains("bogus: unknown key"), "{err}");
+    }
+}

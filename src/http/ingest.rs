@@ -1,0 +1,263 @@
+//! Ingest handlers: `POST /v1/n8n/error-trigger`, `POST /v1/dead-letters` and its batch form.
+//! A `201` is sent only after the writer committed the record to disk.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{ApiError, AppState};
+use crate::ingest::{Ingestor, RequestContext};
+use crate::model::{InputError, Partition, ShortText, Source, MAX_KEY_BYTES};
+use crate::store::{IngestOutcome, NewRecord};
+
+/// Bodies above this are prepared on a blocking thread rather than the async runtime.
+const INLINE_PREPARE_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, Deserialize, Default)]
+pub struct IngestQuery {
+    partition: Option<String>,
+    idempotency_key: Option<String>,
+}
+
+pub async fn error_trigger(
+    State(state): State<AppState>,
+    query: Result<Query<IngestQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    ingest_one(state, Source::ErrorTrigger, query, headers, body).await
+}
+
+pub async fn envelope(
+    State(state): State<AppState>,
+    query: Result<Query<IngestQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    ingest_one(state, Source::Envelope, query, headers, body).await
+}
+
+async fn ingest_one(
+    state: AppState,
+    source: Source,
+    query: Result<Query<IngestQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (ctx, body) = request_parts(&state, query, &headers, body)?;
+    let now = now_ms();
+    let ingestor = state.ingestor.clone();
+    let rec = if body.len() <= INLINE_PREPARE_BYTES {
+        ingestor.prepare(source, &body, &ctx, now)?
+    } else {
+        tokio::task::spawn_blocking(move || ingestor.prepare(source, &body, &ctx, now))
+            .await
+            .map_err(|_| ApiError::internal())??
+    };
+    let summary = Created::of(&rec);
+    let outcome = state.store.writer.ingest(rec).await?;
+    tracing::info!(
+        id = outcome.id.get(),
+        source = source.as_str(),
+        class = summary.class,
+        deduplicated = !outcome.created,
+        "ingested"
+    );
+    Ok(answer(&outcome, &summary))
+}
+
+/// What the answer says about a new record beyond the writer's outcome.
+struct Created {
+    class: &'static str,
+    fingerprint: String,
+}
+
+impl Created {
+    fn of(rec: &NewRecord) -> Created {
+        Created {
+            class: rec.failure_class,
+            fingerprint: crate::model::Fingerprint::from_i64(rec.fingerprint).to_string(),
+        }
+    }
+}
+
+fn answer(o: &IngestOutcome, c: &Created) -> Response {
+    if o.created {
+        (
+            StatusCode::CREATED,
+            Json(json!({
+                "id": o.id, "status": o.status, "deduplicated": false, "occurrences": o.occurrences,
+                "failure_class": c.class, "fingerprint": c.fingerprint,
+            })),
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::OK,
+            Json(json!({
+                "id": o.id, "status": o.status, "deduplicated": true, "occurrences": o.occurrences,
+            })),
+        )
+            .into_response()
+    }
+}
+
+pub async fn batch(
+    State(state): State<AppState>,
+    query: Result<Query<IngestQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (ctx, body) = request_parts(&state, query, &headers, body)?;
+    let max = state.config.server.batch_max_items;
+    let ingestor = state.ingestor.clone();
+    let now = now_ms();
+    // Every element is parsed and validated on its own; one bad element never sinks the rest.
+    let prepared = tokio::task::spawn_blocking(move || -> Result<Vec<Result<NewRecord, InputError>>, ApiError> {
+        let items = Ingestor::split_batch(&body)?;
+        if items.is_empty() {
+            return Err(ApiError::invalid("$", "the batch is empty"));
+        }
+        if items.len() > max {
+            return Err(ApiError::too_large(format!(
+                "the batch has {} items; at most {max} are accepted (server.batch_max_items)",
+                items.len()
+            )));
+        }
+        Ok(items
+            .iter()
+            .map(|raw| ingestor.prepare(Source::Envelope, raw.get().as_bytes(), &ctx, now))
+            .collect())
+    })
+    .await
+    .map_err(|_| ApiError::internal())??;
+
+    let mut pending = Vec::with_capacity(prepared.len());
+    for p in prepared {
+        match p {
+            Ok(rec) => {
+                let summary = Created::of(&rec);
+                // Enqueue them all before awaiting any, so they share one commit.
+                let writer = state.store.writer.clone();
+                pending.push(Ok((summary, tokio::spawn(async move { writer.ingest(rec).await }))));
+            }
+            Err(e) => pending.push(Err(ApiError::from(e))),
+        }
+    }
+    let (mut created, mut deduplicated, mut rejected) = (0, 0, 0);
+    let mut results = Vec::with_capacity(pending.len());
+    for (index, p) in pending.into_iter().enumerate() {
+        let res = match p {
+            Ok((summary, task)) => match task.await {
+                Ok(Ok(o)) if o.created => {
+                    created += 1;
+                    json!({"index": index, "result": "created", "id": o.id, "status": o.status,
+                           "failure_class": summary.class, "fingerprint": summary.fingerprint})
+                }
+                Ok(Ok(o)) => {
+                    deduplicated += 1;
+                    json!({"index": index, "result": "deduplicated", "id": o.id, "status": o.status,
+                           "occurrences": o.occurrences})
+                }
+                Ok(Err(e)) => {
+                    rejected += 1;
+                    json!({"index": index, "result": "rejected", "error": ApiError::from(e).body()})
+                }
+                Err(_) => {
+                    rejected += 1;
+                    json!({"index": index, "result": "rejected", "error": ApiError::internal().body()})
+                }
+            },
+            Err(e) => {
+                rejected += 1;
+                json!({"index": index, "result": "rejected", "error": e.body()})
+            }
+        };
+        results.push(res);
+    }
+    tracing::info!(created, deduplicated, rejected, "ingested batch");
+    Ok((
+        StatusCode::OK,
+        Json(json!({"created": created, "deduplicated": deduplicated, "rejected": rejected, "results": results})),
+    )
+        .into_response())
+}
+
+/// Check content type and size, and read partition / idempotency key / actor from the query
+/// string and headers.
+fn request_parts(
+    state: &AppState,
+    query: Result<Query<IngestQuery>, QueryRejection>,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(RequestContext, Bytes), ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if !(mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "send the body as JSON with `Content-Type: application/json` (got {})",
+                if ct.is_empty() { "none".to_owned() } else { format!("`{ct}`") }
+            ),
+        ));
+    }
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(format!(
+                "the body is larger than {} bytes (server.body_limit_bytes)",
+                state.config.server.body_limit_bytes
+            ))
+        } else {
+            ApiError::bad_request(format!("cannot read the body: {e}"))
+        }
+    })?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
+    let header_str = |name: &str| -> Result<Option<String>, ApiError> {
+        match headers.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .to_str()
+                .map(|s| Some(s.to_owned()))
+                .map_err(|_| ApiError::bad_request(format!("header {name} is not visible ASCII"))),
+        }
+    };
+    let partition = match q.partition.or(header_str("x-deadletter-partition")?) {
+        Some(p) => Some(Partition::parse(&p).map_err(|m| ApiError::invalid("partition", m))?),
+        None => None,
+    };
+    let idempotency_key = match q.idempotency_key.or(header_str("idempotency-key")?) {
+        Some(k) => Some(
+            ShortText::parse("idempotency_key", &k, MAX_KEY_BYTES)
+                .map_err(|m| ApiError::invalid("idempotency_key", m))?,
+        ),
+        None => None,
+    };
+    let actor = match header_str("x-deadletter-actor")? {
+        Some(a) => ShortText::parse("X-Deadletter-Actor", &a, 128)
+            .map_err(|m| ApiError::invalid("X-Deadletter-Actor", m))?
+            .into_string(),
+        None => "ingest".to_owned(),
+    };
+    Ok((
+        RequestContext {
+            partition,
+            idempotency_key,
+            actor,
+        },
+        body,
+    ))
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

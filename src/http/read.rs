@@ -1,0 +1,124 @@
+//! Read handlers: the list with filters and cursor paging, one record, its raw payload, and
+//! the liveness/readiness probes.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{ApiError, AppState};
+use crate::model::{parse_timestamp, FailureClass, Fingerprint, RecordId, Status};
+use crate::store::{ListFilter, ReadPool, StoreError};
+
+#[derive(Debug, Deserialize, Default)]
+pub struct ListQuery {
+    status: Option<String>,
+    partition: Option<String>,
+    workflow: Option<String>,
+    failure_class: Option<String>,
+    fingerprint: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    q: Option<String>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 500;
+
+fn field<T>(name: &str, r: Result<T, String>) -> Result<T, ApiError> {
+    r.map_err(|m| ApiError::invalid(name, m))
+}
+
+fn filter_from(q: ListQuery) -> Result<ListFilter, ApiError> {
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ApiError::invalid("limit", format!("must be from 1 to {MAX_LIMIT}")));
+    }
+    Ok(ListFilter {
+        status: q.status.map(|s| field("status", s.parse::<Status>())).transpose()?,
+        partition: q.partition,
+        workflow: q.workflow,
+        failure_class: q
+            .failure_class
+            .map(|s| field("failure_class", s.parse::<FailureClass>()))
+            .transpose()?,
+        fingerprint: q.fingerprint.map(|s| field("fingerprint", Fingerprint::parse(&s))).transpose()?,
+        since_ms: q.since.map(|s| field("since", parse_timestamp(&s))).transpose()?,
+        until_ms: q.until.map(|s| field("until", parse_timestamp(&s))).transpose()?,
+        message_contains: q.q.filter(|s| !s.is_empty()),
+        before_id: q
+            .cursor
+            .map(|c| field("cursor", RecordId::parse(&c).map(RecordId::get)))
+            .transpose()?,
+        limit,
+    })
+}
+
+async fn read<T: Send + 'static>(
+    pool: &ReadPool,
+    f: impl FnOnce(&ReadPool) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let pool = pool.clone();
+    tokio::task::spawn_blocking(move || f(&pool))
+        .await
+        .map_err(|_| ApiError::internal())?
+        .map_err(ApiError::from)
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
+    let filter = filter_from(q)?;
+    let page = read(&state.store.readers, move |p| p.list(&filter)).await?;
+    Ok(Json(page).into_response())
+}
+
+fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    RecordId::parse(raw)
+        .map(RecordId::get)
+        .map_err(|m| ApiError::not_found(m))
+}
+
+pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let body = read(&state.store.readers, move |p| p.get(id)?.to_json()).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The newest payload version, byte for byte as stored.
+pub async fn payload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let doc = read(&state.store.readers, move |p| p.get(id)).await?;
+    match doc.payload {
+        Some(d) => Ok(([(header::CONTENT_TYPE, "application/json")], d.json).into_response()),
+        None => Err(ApiError::not_found(format!(
+            "dead letter {id} has no payload (an Error Trigger record carries only the error)"
+        ))),
+    }
+}
+
+pub async fn healthz() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+/// Ready when the writer runs and a reader can query the database.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let writer = state.store.writer.is_alive();
+    let db = read(&state.store.readers, |p| p.ping()).await.is_ok();
+    let status = if writer && db { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (
+        status,
+        Json(json!({
+            "status": if status == StatusCode::OK { "ready" } else { "not_ready" },
+            "checks": {"writer": writer, "database": db},
+        })),
+    )
+        .into_response()
+}

@@ -1,0 +1,255 @@
+//! The ingest pipeline, pure CPU work between the HTTP edge and the writer: parse the n8n or
+//! generic shape → redact → classify and fingerprint → encode the documents. What comes out
+//! (`NewRecord`) holds no secret and needs nothing more from the writer than copying bytes.
+//!
+//! It never does I/O and never logs a payload or an error text.
+
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+
+use crate::classify::{fingerprint, Rules};
+use crate::config::Config;
+use crate::model::{
+    parse_envelope, parse_error_trigger, InputError, ParsedFailure, Partition, ShortText, Source,
+    Status,
+};
+use crate::redact::{cap_request_headers, Redactor};
+use crate::store::{codec, NewRecord};
+
+/// What the request itself says, beside its body (query parameters and headers).
+#[derive(Debug, Clone, Default)]
+pub struct RequestContext {
+    pub partition: Option<Partition>,
+    pub idempotency_key: Option<ShortText>,
+    pub actor: String,
+}
+
+pub struct Ingestor {
+    rules: Rules,
+    redactor: Redactor,
+    default_partition: Partition,
+    dedup_identical_bodies: bool,
+    max_request_header_bytes: usize,
+    compress_above: usize,
+    zstd_level: i32,
+}
+
+impl Ingestor {
+    pub fn new(config: &Config) -> Ingestor {
+        Ingestor {
+            rules: config.rules.clone(),
+            redactor: Redactor::new(&config.redact.keys),
+            default_partition: config.ingest.default_partition.clone(),
+            dedup_identical_bodies: config.ingest.dedup_identical_bodies,
+            max_request_header_bytes: config.ingest.max_request_header_bytes,
+            compress_above: config.storage.compress_above_bytes,
+            zstd_level: config.storage.zstd_level,
+        }
+    }
+
+    /// Turn one posted body into a record ready for the writer.
+    pub fn prepare(
+        &self,
+        source: Source,
+        body: &[u8],
+        ctx: &RequestContext,
+        now_ms: i64,
+    ) -> Result<NewRecord, InputError> {
+        let mut f = match source {
+            Source::ErrorTrigger => parse_error_trigger(body)?,
+            Source::Envelope => parse_envelope(body)?,
+        };
+        // The body's own fields win over the request's.
+        if f.partition.is_none() {
+            f.partition = ctx.partition.clone();
+        }
+        if f.idempotency_key.is_none() {
+            f.idempotency_key = ctx.idempotency_key.clone();
+        }
+        Ok(self.finish(f, body, ctx, now_ms))
+    }
+
+    /// Split a batch body into its elements (each is then `prepare`d on its own).
+    pub fn split_batch(body: &[u8]) -> Result<Vec<&RawValue>, InputError> {
+        match serde_json::from_slice::<Vec<&RawValue>>(body) {
+            Ok(items) => Ok(items),
+            Err(e) if e.is_data() => Err(InputError::Field {
+                path: "$".into(),
+                message: "expected a JSON array of envelopes".into(),
+            }),
+            Err(e) => Err(InputError::Syntax(e.to_string())),
+        }
+    }
+
+    fn finish(&self, mut f: ParsedFailure, body: &[u8], ctx: &RequestContext, now_ms: i64) -> NewRecord {
+        // Redact first: everything derived below, and everything stored, is already clean.
+        if let Some(err) = &mut f.error {
+            self.redactor.redact_value(err);
+            cap_request_headers(err, self.max_request_header_bytes);
+        }
+        let payload_changed = match &mut f.payload {
+            Some(p) => self.redactor.redact_value(p),
+            None => false,
+        };
+        for s in [
+            &mut f.error_message,
+            &mut f.error_description,
+            &mut f.execution_url,
+            &mut f.replay_url,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let std::borrow::Cow::Owned(o) = self.redactor.redact_str(s) {
+                *s = o;
+            }
+        }
+
+        let verdict = self.rules.classify(&f);
+        let fp = fingerprint(verdict.class, &f);
+        let partition = f.partition.clone().unwrap_or_else(|| self.default_partition.clone());
+
+        let dedup_key = match f.dedup_key() {
+            Some(identity) => Some(digest16(&[b"id\x1f", identity.as_bytes()])),
+            None if self.dedup_identical_bodies => Some(digest16(&[b"body\x1f", body])),
+            None => None,
+        };
+
+        let payload = match (&f.payload, &f.payload_raw) {
+            // Untouched by redaction: store the bytes exactly as posted.
+            (Some(_), Some(raw)) if !payload_changed => {
+                Some(codec::encode(raw.get().as_bytes(), self.compress_above, self.zstd_level))
+            }
+            (Some(p), _) => Some(codec::encode(
+                p.to_string().as_bytes(),
+                self.compress_above,
+                self.zstd_level,
+            )),
+            (None, _) => None,
+        };
+        let error = f
+            .error
+            .as_ref()
+            .map(|e| codec::encode(e.to_string().as_bytes(), self.compress_above, self.zstd_level));
+
+        let text = |t: Option<ShortText>| t.map(ShortText::into_string);
+        NewRecord {
+            partition: partition.as_str().to_owned(),
+            source: f.source().as_str(),
+            status: Status::New,
+            failure_class: verdict.class.as_str(),
+            class_rule: verdict.rule,
+            fingerprint: fp.as_i64(),
+            dedup_key,
+            at_ms: now_ms,
+            actor: ctx.actor.clone(),
+            workflow_id: f.workflow_id,
+            workflow_name: f.workflow_name,
+            execution_id: f.execution_id,
+            execution_url: f.execution_url,
+            execution_mode: f.execution_mode,
+            retry_of: f.retry_of,
+            node_name: f.node_name,
+            node_type: f.node_type,
+            http_status: f.http_status,
+            error_code: f.error_code,
+            error_name: f.error_name,
+            error_message: f.error_message,
+            idempotency_key: text(f.idempotency_key),
+            external_event_id: text(f.external_event_id),
+            correlation_id: text(f.correlation_id),
+            tenant_id: text(f.tenant_id),
+            contract_version: text(f.contract_version),
+            business_object_type: text(f.business_object_type),
+            business_object_id: text(f.business_object_id),
+            replay_url: f.replay_url,
+            payload,
+            error,
+        }
+    }
+}
+
+fn digest16(parts: &[&[u8]]) -> [u8; 16] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    let d = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d[..16]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ingestor() -> Ingestor {
+        Ingestor::new(&Config::default_config().unwrap())
+    }
+
+    fn ctx() -> RequestContext {
+        RequestContext {
+            actor: "test".into(),
+            ..RequestContext::default()
+        }
+    }
+
+    #[test]
+    fn an_http_500_error_trigger_is_transient_with_its_rule() {
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/n8n/error-trigger-body.dlqHttp500Wf0001.raw.json"
+        ))
+        .unwrap();
+        let r = ingestor().prepare(Source::ErrorTrigger, &body, &ctx(), 1).unwrap();
+        assert_eq!(r.failure_class, "transient");
+        assert_eq!(r.class_rule, "transient-status");
+        assert_eq!(r.partition, "default");
+        assert!(r.payload.is_none());
+        assert!(r.error.is_some());
+    }
+
+    #[test]
+    fn request_context_fills_what_the_body_leaves_out() {
+        let mut c = ctx();
+        c.partition = Some(Partition::parse("billing").unwrap());
+        c.idempotency_key = Some(ShortText::parse("k", "hdr-key", 100).unwrap());
+        let i = ingestor();
+        let r = i.prepare(Source::Envelope, br#"{"payload":{"a":1}}"#, &c, 1).unwrap();
+        assert_eq!(r.partition, "billing");
+        assert_eq!(r.idempotency_key.as_deref(), Some("hdr-key"));
+        let r = i
+            .prepare(Source::Envelope, br#"{"payload":{"a":1},"partition":"own","idempotency_key":"body-key"}"#, &c, 1)
+            .unwrap();
+        assert_eq!(r.partition, "own");
+        assert_eq!(r.idempotency_key.as_deref(), Some("body-key"));
+    }
+
+    #[test]
+    fn identical_bodies_without_identity_share_a_dedup_key() {
+        let i = ingestor();
+        let a = i.prepare(Source::Envelope, br#"{"payload":{"orderId":"R-1"}}"#, &ctx(), 1).unwrap();
+        let b = i.prepare(Source::Envelope, br#"{"payload":{"orderId":"R-1"}}"#, &ctx(), 2).unwrap();
+        let c = i.prepare(Source::Envelope, br#"{"payload":{"orderId":"R-2"}}"#, &ctx(), 2).unwrap();
+        assert_eq!(a.dedup_key, b.dedup_key);
+        assert_ne!(a.dedup_key, c.dedup_key);
+    }
+
+    #[test]
+    fn unredacted_payloads_keep_their_exact_bytes() {
+        let body = br#"{"payload":{ "b" : 2,  "a":[1, 2.50]} }"#;
+        let r = ingestor().prepare(Source::Envelope, body, &ctx(), 1).unwrap();
+        let p = r.payload.unwrap();
+        assert_eq!(p.bytes, br#"{ "b" : 2,  "a":[1, 2.50]}"#);
+    }
+
+    #[test]
+    fn batches_split_into_raw_elements() {
+        let items = Ingestor::split_batch(br#"[{"payload":1}, 5, {"x":{}}]"#).unwrap();
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[1].get(), "5");
+        assert!(matches!(Ingestor::split_batch(br#"{"a":1}"#), Err(InputError::Field { .. })));
+        assert!(matches!(Ingestor::split_batch(b"[1,"), Err(InputError::Syntax(_))));
+    }
+}

@@ -1,0 +1,44 @@
+//! The `deadletter` binary: parse the command line, dispatch, turn errors into exit codes.
+
+use clap::Parser;
+
+use deadletter::cli::{Cli, Command};
+use deadletter::commands::{self, ExitCode};
+use deadletter::config::ConfigError;
+use deadletter::store::StoreError;
+
+fn main() {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        deadletter::logging::init_cli();
+    }
+    if let Err(e) = run(cli) {
+        eprintln!("deadletter: {e:#}");
+        std::process::exit(exit_code(&e));
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Config(cmd) = cli.command {
+        return commands::config::run(cmd);
+    }
+    let config = commands::load_config(&cli)?;
+    match cli.command {
+        Command::Serve(args) => commands::serve::run(config, args),
+        Command::List(args) => commands::list::run(&config, args),
+        Command::Show(args) => commands::show::run(&config, args),
+        Command::Config(_) => unreachable!("handled above"),
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> i32 {
+    for cause in e.chain() {
+        if cause.downcast_ref::<ConfigError>().is_some() {
+            return ExitCode::ConfigInvalid as i32;
+        }
+        if let Some(StoreError::NotFound(_)) = cause.downcast_ref::<StoreError>() {
+            return ExitCode::NotFound as i32;
+        }
+    }
+    1
+}

@@ -1,0 +1,118 @@
+//! The closed vocabularies of a record: its status, its failure class, and the kinds of audit
+//! event. Each is stored and sent as its snake_case name.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!(
+                        "`{}` is not a {}; expected one of: {}",
+                        s,
+                        stringify!($name),
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// Where a record stands. The legal moves between these (and their audit) come with triage;
+    /// ingest only ever creates `new` records.
+    Status {
+        New => "new",
+        RetryScheduled => "retry_scheduled",
+        Retrying => "retrying",
+        Review => "review",
+        ReadyForReplay => "ready_for_replay",
+        Replaying => "replaying",
+        Replayed => "replayed",
+        ReplayFailed => "replay_failed",
+        Resolved => "resolved",
+        Skipped => "skipped",
+    }
+}
+
+impl Status {
+    /// Closed records are done with: a new failure with the same key starts a new record
+    /// instead of counting as another occurrence of the closed one.
+    pub const CLOSED: &'static [Status] = &[Status::Replayed, Status::Resolved, Status::Skipped];
+
+    pub fn is_open(self) -> bool {
+        !Self::CLOSED.contains(&self)
+    }
+}
+
+named_enum! {
+    /// Why an item failed, which decides what may be done about it (see DESIGN.md's table).
+    FailureClass {
+        Transient => "transient",
+        RateLimited => "rate_limited",
+        Auth => "auth",
+        Validation => "validation",
+        Conflict => "conflict",
+        Business => "business",
+        Unknown => "unknown",
+    }
+}
+
+named_enum! {
+    /// What an audit event records.
+    EventKind {
+        Created => "created",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in Status::ALL {
+            assert_eq!(s.as_str().parse::<Status>().unwrap(), *s);
+        }
+        for c in FailureClass::ALL {
+            assert_eq!(c.as_str().parse::<FailureClass>().unwrap(), *c);
+        }
+        let err = "nope".parse::<FailureClass>().unwrap_err();
+        assert!(err.contains("rate_limited"), "{err}");
+    }
+
+    #[test]
+    fn only_replayed_resolved_and_skipped_are_closed() {
+        let closed: Vec<_> = Status::ALL.iter().filter(|s| !s.is_open()).collect();
+        assert_eq!(
+            closed,
+            vec![&Status::Replayed, &Status::Resolved, &Status::Skipped]
+        );
+    }
+}

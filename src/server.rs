@@ -1,0 +1,49 @@
+//! `serve(config, listener, shutdown)`: open the store, build the router, serve until the
+//! shutdown future resolves, then let the writer drain. Used by `deadletter serve` and by the
+//! bench harness alike; background tasks (retries, retention, alerts) will start here too.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::http::{router, AppState};
+use crate::ingest::Ingestor;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("HTTP server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Open the store for `config` (migrating it) without serving: lets `main` fail fast, before it
+/// prints the listening line, when the database cannot be used.
+pub fn open_store(config: &Config) -> Result<Store, ServerError> {
+    Ok(Store::open(&config.storage)?)
+}
+
+pub async fn serve(
+    config: Config,
+    store: Store,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let state = AppState {
+        ingestor: Arc::new(Ingestor::new(&config)),
+        config: Arc::new(config),
+        store,
+    };
+    let app = router(state.clone());
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    tracing::info!("HTTP server stopped; draining the writer");
+    // Dropping the last writer handle joins the writer thread after its final commit.
+    let AppState { store, .. } = state;
+    tokio::task::spawn_blocking(move || drop(store))
+        .await
+        .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+    Ok(())
+}

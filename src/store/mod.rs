@@ -1,0 +1,184 @@
+//! The only module that knows SQLite.
+//!
+//! One file (`deadletter.db`, WAL). **All writes go through one writer thread** (`writer.rs`)
+//! fed by a channel: it takes every request waiting, commits them in one transaction with
+//! `synchronous=FULL` (group commit), and only then answers each caller — so an answer means
+//! "on disk", and one fsync serves many requests. Readers use their own connections from a
+//! small pool (`ReadPool`), which WAL lets run beside the writer. Documents are encoded
+//! (`codec.rs`) by the caller before they reach the writer.
+//!
+//! What it must never do: import axum or know HTTP; hand rusqlite types to its callers.
+
+pub mod codec;
+mod query;
+pub mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+pub use codec::{Codec, Encoded};
+pub use query::{EventView, ListFilter, ListPage, RecordDetail, RecordSummary, DocumentView};
+pub use writer::{IngestOutcome, NewRecord, Writer};
+
+use crate::config::StorageConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no dead letter with id {0}")]
+    NotFound(i64),
+    #[error(
+        "{path} was written by a newer deadletter (schema version {found}; this binary knows up to {known}). \
+         Upgrade deadletter, or point --data-dir at another directory."
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("no database at {0}: has `deadletter serve` run with this data dir?")]
+    Missing(PathBuf),
+    #[error("the disk is full: {0}")]
+    DiskFull(String),
+    #[error("the writer has stopped")]
+    WriterGone,
+    #[error("stored data is damaged: {0}")]
+    Corrupt(String),
+    #[error("cannot prepare {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("database error: {0}")]
+    Sqlite(#[source] rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e {
+            rusqlite::Error::SqliteFailure(f, ref msg) if f.code == rusqlite::ErrorCode::DiskFull => {
+                StoreError::DiskFull(msg.clone().unwrap_or_else(|| f.to_string()))
+            }
+            other => StoreError::Sqlite(other),
+        }
+    }
+}
+
+/// Pragmas every connection gets.
+fn configure(conn: &Connection, busy_timeout: Duration) -> Result<(), StoreError> {
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "secure_delete", "ON")?;
+    Ok(())
+}
+
+/// Open (creating if needed) the database for writing: the writer's connection. Sets WAL,
+/// `synchronous=FULL` and incremental auto-vacuum, and runs migrations.
+fn open_writer_conn(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let fresh = !path.exists();
+    let mut conn = Connection::open(path)?;
+    configure(&conn, busy_timeout)?;
+    if fresh {
+        // Must precede the first table: it decides the file's layout.
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    }
+    // The WAL switch is refused on a locked file; it is persistent, so only the first open matters.
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Corrupt(format!("cannot switch {} to WAL (got {mode})", path.display())));
+    }
+    // Durability promise: a commit is on disk before the writer answers anyone.
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -16_000)?;
+    schema::migrate(&mut conn, path)?;
+    Ok(conn)
+}
+
+fn open_reader_conn(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    if !path.exists() {
+        return Err(StoreError::Missing(path.to_owned()));
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    configure(&conn, busy_timeout)?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    schema::check_not_newer(&conn, path)?;
+    Ok(conn)
+}
+
+/// Reader connections, reused. Any number of readers may run beside the writer (WAL).
+#[derive(Clone)]
+pub struct ReadPool {
+    path: PathBuf,
+    busy_timeout: Duration,
+    idle: Arc<Mutex<Vec<Connection>>>,
+}
+
+impl ReadPool {
+    const KEEP_IDLE: usize = 8;
+
+    pub fn open(path: &Path, busy_timeout: Duration) -> Result<ReadPool, StoreError> {
+        let first = open_reader_conn(path, busy_timeout)?;
+        Ok(ReadPool {
+            path: path.to_owned(),
+            busy_timeout,
+            idle: Arc::new(Mutex::new(vec![first])),
+        })
+    }
+
+    /// Run `f` on a reader connection (blocking: call from a blocking context).
+    pub fn with<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let taken = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match taken {
+            Some(c) => c,
+            None => open_reader_conn(&self.path, self.busy_timeout)?,
+        };
+        let out = f(&conn);
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < Self::KEEP_IDLE {
+            idle.push(conn);
+        }
+        out
+    }
+
+    pub fn list(&self, filter: &ListFilter) -> Result<ListPage, StoreError> {
+        self.with(|c| query::list(c, filter))
+    }
+
+    pub fn get(&self, id: i64) -> Result<RecordDetail, StoreError> {
+        self.with(|c| query::get(c, id))
+    }
+
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.with(|c| Ok(c.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?))
+    }
+}
+
+/// The store as the server holds it: the writer's handle and the reader pool.
+#[derive(Clone)]
+pub struct Store {
+    pub writer: Writer,
+    pub readers: ReadPool,
+    pub path: PathBuf,
+}
+
+impl Store {
+    /// Create the data dir if needed, open and migrate the database, start the writer thread.
+    pub fn open(cfg: &StorageConfig) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StoreError::Io {
+            path: cfg.data_dir.clone(),
+            source,
+        })?;
+        let path = cfg.db_path();
+        let conn = open_writer_conn(&path, cfg.busy_timeout)?;
+        let writer = Writer::start(conn, cfg.writer_max_batch)?;
+        let readers = ReadPool::open(&path, cfg.busy_timeout)?;
+        Ok(Store { writer, readers, path })
+    }
+}

@@ -1,0 +1,319 @@
+//! Reads: the filtered, cursor-paged list and the one-record view with its documents and audit
+//! events. Pages are ordered newest first by id; the cursor is the last id seen, so a page
+//! never shifts when records are inserted while someone pages through.
+
+use chrono::{DateTime, TimeZone, Utc};
+use rusqlite::types::ToSql;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::Serialize;
+
+use super::codec::{decode, Codec};
+use super::StoreError;
+use crate::model::{FailureClass, Fingerprint, Status};
+
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub status: Option<Status>,
+    pub partition: Option<String>,
+    /// Matches the workflow's id or its name exactly.
+    pub workflow: Option<String>,
+    pub failure_class: Option<FailureClass>,
+    pub fingerprint: Option<Fingerprint>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// Substring of the error message (case-insensitive for ASCII).
+    pub message_contains: Option<String>,
+    /// Only ids below this one (the previous page's cursor).
+    pub before_id: Option<i64>,
+    pub limit: usize,
+}
+
+/// One row of a list.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordSummary {
+    pub id: i64,
+    pub partition: String,
+    pub status: String,
+    pub source: String,
+    pub failure_class: String,
+    pub class_rule: String,
+    pub fingerprint: Fingerprint,
+    pub occurrences: i64,
+    pub first_seen_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub workflow_id: Option<String>,
+    pub workflow_name: Option<String>,
+    pub execution_id: Option<String>,
+    pub execution_url: Option<String>,
+    pub execution_mode: Option<String>,
+    pub retry_of: Option<String>,
+    pub node_name: Option<String>,
+    pub node_type: Option<String>,
+    pub http_status: Option<u16>,
+    pub error_code: Option<String>,
+    pub error_name: Option<String>,
+    pub error_message: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub external_event_id: Option<String>,
+    pub correlation_id: Option<String>,
+    pub tenant_id: Option<String>,
+    pub contract_version: Option<String>,
+    pub business_object_type: Option<String>,
+    pub business_object_id: Option<String>,
+    pub replay_url: Option<String>,
+    pub owner: Option<String>,
+    pub due_at: Option<DateTime<Utc>>,
+    pub attempts: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ListPage {
+    pub items: Vec<RecordSummary>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A stored document, decoded: the exact JSON text that was stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct DocumentView {
+    pub version: i64,
+    pub codec: String,
+    pub size: i64,
+    pub stored_size: i64,
+    pub sha256: String,
+    pub created_at: DateTime<Utc>,
+    pub actor: String,
+    #[serde(skip)]
+    pub json: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub kind: String,
+    pub from_status: Option<String>,
+    pub to_status: Option<String>,
+    pub detail: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordDetail {
+    pub summary: RecordSummary,
+    /// The failing item (newest version), when the producer sent one.
+    pub payload: Option<DocumentView>,
+    /// The producer's error object, redacted.
+    pub error: Option<DocumentView>,
+    pub events: Vec<EventView>,
+}
+
+const COLUMNS: &str = "id, partition, status, source, failure_class, class_rule, fingerprint, occurrences,
+    first_seen_at, last_seen_at, updated_at, workflow_id, workflow_name, execution_id, execution_url,
+    execution_mode, retry_of, node_name, node_type, http_status, error_code, error_name, error_message,
+    idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
+    business_object_type, business_object_id, replay_url, owner, due_at, attempts";
+
+pub fn ms_to_time(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
+}
+
+fn summary(r: &Row<'_>) -> rusqlite::Result<RecordSummary> {
+    Ok(RecordSummary {
+        id: r.get(0)?,
+        partition: r.get(1)?,
+        status: r.get(2)?,
+        source: r.get(3)?,
+        failure_class: r.get(4)?,
+        class_rule: r.get(5)?,
+        fingerprint: Fingerprint::from_i64(r.get(6)?),
+        occurrences: r.get(7)?,
+        first_seen_at: ms_to_time(r.get(8)?),
+        last_seen_at: ms_to_time(r.get(9)?),
+        updated_at: ms_to_time(r.get(10)?),
+        workflow_id: r.get(11)?,
+        workflow_name: r.get(12)?,
+        execution_id: r.get(13)?,
+        execution_url: r.get(14)?,
+        execution_mode: r.get(15)?,
+        retry_of: r.get(16)?,
+        node_name: r.get(17)?,
+        node_type: r.get(18)?,
+        http_status: r.get(19)?,
+        error_code: r.get(20)?,
+        error_name: r.get(21)?,
+        error_message: r.get(22)?,
+        idempotency_key: r.get(23)?,
+        external_event_id: r.get(24)?,
+        correlation_id: r.get(25)?,
+        tenant_id: r.get(26)?,
+        contract_version: r.get(27)?,
+        business_object_type: r.get(28)?,
+        business_object_id: r.get(29)?,
+        replay_url: r.get(30)?,
+        owner: r.get(31)?,
+        due_at: r.get::<_, Option<i64>>(32)?.map(ms_to_time),
+        attempts: r.get(33)?,
+    })
+}
+
+pub fn list(conn: &Connection, f: &ListFilter) -> Result<ListPage, StoreError> {
+    let mut sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE 1=1");
+    let mut args: Vec<Box<dyn ToSql>> = Vec::new();
+    let mut add = |clause: &str, v: Box<dyn ToSql>| {
+        args.push(v);
+        sql.push_str(&clause.replace('?', &format!("?{}", args.len())));
+    };
+    if let Some(s) = f.status {
+        add(" AND status = ?", Box::new(s.as_str()));
+    }
+    if let Some(p) = &f.partition {
+        add(" AND partition = ?", Box::new(p.clone()));
+    }
+    if let Some(w) = &f.workflow {
+        add(" AND (workflow_id = ? ", Box::new(w.clone()));
+        add("OR workflow_name = ?)", Box::new(w.clone()));
+    }
+    if let Some(c) = f.failure_class {
+        add(" AND failure_class = ?", Box::new(c.as_str()));
+    }
+    if let Some(fp) = f.fingerprint {
+        add(" AND fingerprint = ?", Box::new(fp.as_i64()));
+    }
+    if let Some(t) = f.since_ms {
+        add(" AND first_seen_at >= ?", Box::new(t));
+    }
+    if let Some(t) = f.until_ms {
+        add(" AND first_seen_at < ?", Box::new(t));
+    }
+    if let Some(q) = &f.message_contains {
+        let escaped = q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        add(" AND error_message LIKE ? ESCAPE '\\'", Box::new(format!("%{escaped}%")));
+    }
+    if let Some(b) = f.before_id {
+        add(" AND id < ?", Box::new(b));
+    }
+    let limit = f.limit.clamp(1, 1000);
+    add(" ORDER BY id DESC LIMIT ?", Box::new((limit + 1) as i64));
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut items = stmt
+        .query_map(rusqlite::params_from_iter(args.iter().map(|b| b.as_ref())), summary)?
+        .collect::<Result<Vec<_>, _>>()?;
+    let next_cursor = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|r| r.id.to_string())
+    } else {
+        None
+    };
+    Ok(ListPage { items, next_cursor })
+}
+
+fn document(conn: &Connection, id: i64, kind: &str) -> Result<Option<DocumentView>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT version, codec, size, sha256, bytes, created_at, actor FROM payloads
+             WHERE record_id = ?1 AND kind = ?2 ORDER BY version DESC LIMIT 1",
+        )?
+        .query_row(params![id, kind], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Vec<u8>>(3)?,
+                r.get::<_, Vec<u8>>(4)?,
+                r.get::<_, i64>(5)?,
+                r.get::<_, String>(6)?,
+            ))
+        })
+        .optional()?;
+    let Some((version, codec, size, sha, bytes, created_at, actor)) = row else {
+        return Ok(None);
+    };
+    let stored_size = bytes.len() as i64;
+    let codec = Codec::parse(&codec)?;
+    let raw = decode(codec, size as usize, bytes)?;
+    let json = String::from_utf8(raw)
+        .map_err(|_| StoreError::Corrupt(format!("document of record {id} is not UTF-8")))?;
+    Ok(Some(DocumentView {
+        version,
+        codec: codec.as_str().to_owned(),
+        size,
+        stored_size,
+        sha256: hex::encode(sha),
+        created_at: ms_to_time(created_at),
+        actor,
+        json,
+    }))
+}
+
+pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
+    let summary = conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM dead_letters WHERE id = ?1"))?
+        .query_row([id], summary)
+        .map_err(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound(id),
+            other => other.into(),
+        })?;
+    let payload = document(conn, id, "item")?;
+    let error = document(conn, id, "error")?;
+    let events = conn
+        .prepare_cached(
+            "SELECT id, at, actor, kind, from_status, to_status, detail FROM events
+             WHERE record_id = ?1 ORDER BY id",
+        )?
+        .query_map([id], |r| {
+            let detail: Option<String> = r.get(6)?;
+            Ok(EventView {
+                id: r.get(0)?,
+                at: ms_to_time(r.get(1)?),
+                actor: r.get(2)?,
+                kind: r.get(3)?,
+                from_status: r.get(4)?,
+                to_status: r.get(5)?,
+                detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordDetail {
+        summary,
+        payload,
+        error,
+        events,
+    })
+}
+
+fn raw_json(d: &Option<DocumentView>) -> Result<Option<&serde_json::value::RawValue>, StoreError> {
+    d.as_ref()
+        .map(|d| {
+            serde_json::from_str::<&serde_json::value::RawValue>(&d.json)
+                .map_err(|e| StoreError::Corrupt(format!("stored document is not JSON: {e}")))
+        })
+        .transpose()
+}
+
+#[derive(Serialize)]
+struct DetailJson<'a> {
+    #[serde(flatten)]
+    summary: &'a RecordSummary,
+    /// The failing item exactly as stored (byte for byte what the producer sent, unless
+    /// redaction had to change it).
+    payload: Option<&'a serde_json::value::RawValue>,
+    payload_info: Option<&'a DocumentView>,
+    error: Option<&'a serde_json::value::RawValue>,
+    events: &'a [EventView],
+}
+
+impl RecordDetail {
+    /// The record as the API and `deadletter show --json` print it.
+    pub fn to_json(&self) -> Result<Vec<u8>, StoreError> {
+        let j = DetailJson {
+            summary: &self.summary,
+            payload: raw_json(&self.payload)?,
+            payload_info: self.payload.as_ref(),
+            error: raw_json(&self.error)?,
+            events: &self.events,
+        };
+        serde_json::to_vec(&j).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+}
