@@ -96,7 +96,11 @@ fn default_specs() -> Vec<RuleSpec> {
             node_type: None,
             workflow: None,
         },
-        text("rate-limited-text", RateLimited, r"(?i)rate.?limit|too many requests"),
+        text(
+            "rate-limited-text",
+            RateLimited,
+            r"(?i)rate.?limit|too many requests",
+        ),
         text(
             "auth-text",
             Auth,
@@ -124,7 +128,10 @@ fn default_specs() -> Vec<RuleSpec> {
 impl Rules {
     /// Compile the operator's rules (each with its config path, for error messages), followed
     /// by the built-in table when `include_defaults`. Every bad regex is reported.
-    pub fn build(user: Vec<(String, RuleSpec)>, include_defaults: bool) -> Result<Rules, Vec<String>> {
+    pub fn build(
+        user: Vec<(String, RuleSpec)>,
+        include_defaults: bool,
+    ) -> Result<Rules, Vec<String>> {
         let mut all = user;
         if include_defaults {
             all.extend(
@@ -149,7 +156,11 @@ impl Rules {
                 name: spec.name,
                 class: spec.class,
                 http_status: spec.http_status,
-                error_code: spec.error_code.iter().map(|c| c.to_ascii_uppercase()).collect(),
+                error_code: spec
+                    .error_code
+                    .iter()
+                    .map(|c| c.to_ascii_uppercase())
+                    .collect(),
                 error_text,
                 node_type,
                 workflow,
@@ -172,10 +183,13 @@ impl Rules {
         let text = f.error_text();
         let code = f.error_code.as_deref().map(str::to_ascii_uppercase);
         for r in &self.rules {
-            if !r.http_status.is_empty() && !f.http_status.is_some_and(|s| r.http_status.contains(&s)) {
+            if !r.http_status.is_empty()
+                && !f.http_status.is_some_and(|s| r.http_status.contains(&s))
+            {
                 continue;
             }
-            if !r.error_code.is_empty() && !code.as_ref().is_some_and(|c| r.error_code.contains(c)) {
+            if !r.error_code.is_empty() && !code.as_ref().is_some_and(|c| r.error_code.contains(c))
+            {
                 continue;
             }
             if let Some(re) = &r.error_text {
@@ -308,7 +322,10 @@ mod tests {
         assert_eq!(c(None, None, "order cancelled by customer"), Business);
         assert_eq!(c(None, None, "something odd"), Unknown);
         assert_eq!(r.classify(&failure(None, None, "odd")).rule, "default");
-        assert_eq!(r.classify(&failure(Some(503), None, "x")).rule, "transient-status");
+        assert_eq!(
+            r.classify(&failure(Some(503), None, "x")).rule,
+            "transient-status"
+        );
     }
 
     #[test]
@@ -333,7 +350,10 @@ mod tests {
     #[test]
     fn without_defaults_only_operator_rules_apply() {
         let r = Rules::build(vec![], false).unwrap();
-        assert_eq!(r.classify(&failure(Some(500), None, "x")).class, FailureClass::Unknown);
+        assert_eq!(
+            r.classify(&failure(Some(500), None, "x")).class,
+            FailureClass::Unknown
+        );
     }
 
     #[test]

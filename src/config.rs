@@ -308,7 +308,9 @@ fn one_line(e: &dyn std::fmt::Display) -> String {
     e.to_string()
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('|') && !l.chars().all(|c| c == '^' || c == ' '))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with('|') && !l.chars().all(|c| c == '^' || c == ' ')
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -327,8 +329,20 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
             ))
         })
         .ok();
-    let body_limit_bytes = in_range(&mut bad, "server.body_limit_bytes", raw.server.body_limit_bytes, 1024, 1 << 30);
-    let batch_max_items = in_range(&mut bad, "server.batch_max_items", raw.server.batch_max_items, 1, 100_000);
+    let body_limit_bytes = in_range(
+        &mut bad,
+        "server.body_limit_bytes",
+        raw.server.body_limit_bytes,
+        1024,
+        1 << 30,
+    );
+    let batch_max_items = in_range(
+        &mut bad,
+        "server.batch_max_items",
+        raw.server.batch_max_items,
+        1,
+        100_000,
+    );
 
     let data_dir = if raw.storage.data_dir.trim().is_empty() {
         match Config::platform_data_dir() {
@@ -341,18 +355,48 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
     } else {
         Some(PathBuf::from(&raw.storage.data_dir))
     };
-    let compress_above_bytes = in_range(&mut bad, "storage.compress_above_bytes", raw.storage.compress_above_bytes, 0, 1 << 30);
-    let zstd_level = in_range(&mut bad, "storage.zstd_level", raw.storage.zstd_level.max(0) as u64, 1, 19) as i32;
+    let compress_above_bytes = in_range(
+        &mut bad,
+        "storage.compress_above_bytes",
+        raw.storage.compress_above_bytes,
+        0,
+        1 << 30,
+    );
+    let zstd_level = in_range(
+        &mut bad,
+        "storage.zstd_level",
+        raw.storage.zstd_level.max(0) as u64,
+        1,
+        19,
+    ) as i32;
     if raw.storage.zstd_level < 1 {
         bad("storage.zstd_level: must be from 1 to 19".into());
     }
-    let busy_timeout_ms = in_range(&mut bad, "storage.busy_timeout_ms", raw.storage.busy_timeout_ms, 0, 600_000);
-    let writer_max_batch = in_range(&mut bad, "storage.writer_max_batch", raw.storage.writer_max_batch, 1, 10_000);
+    let busy_timeout_ms = in_range(
+        &mut bad,
+        "storage.busy_timeout_ms",
+        raw.storage.busy_timeout_ms,
+        0,
+        600_000,
+    );
+    let writer_max_batch = in_range(
+        &mut bad,
+        "storage.writer_max_batch",
+        raw.storage.writer_max_batch,
+        1,
+        10_000,
+    );
 
     let default_partition = Partition::parse(&raw.ingest.default_partition)
         .map_err(|m| bad(format!("ingest.default_partition: {m}")))
         .ok();
-    let max_request_header_bytes = in_range(&mut bad, "ingest.max_request_header_bytes", raw.ingest.max_request_header_bytes, 64, 1 << 20);
+    let max_request_header_bytes = in_range(
+        &mut bad,
+        "ingest.max_request_header_bytes",
+        raw.ingest.max_request_header_bytes,
+        64,
+        1 << 20,
+    );
 
     let mut keys = raw.redact.keys;
     keys.extend(raw.redact.extra_keys);
@@ -362,9 +406,18 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         }
     }
 
-    let keep_files = in_range(&mut bad, "logging.keep_files", raw.logging.keep_files, 1, 10_000);
+    let keep_files = in_range(
+        &mut bad,
+        "logging.keep_files",
+        raw.logging.keep_files,
+        1,
+        10_000,
+    );
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.logging.level) {
-        bad(format!("logging.level: `{}` is not a log filter: {e}", raw.logging.level));
+        bad(format!(
+            "logging.level: `{}` is not a log filter: {e}",
+            raw.logging.level
+        ));
     }
 
     let mut specs = Vec::new();
@@ -488,7 +541,9 @@ mod tests {
 
     #[test]
     fn wrong_types_and_values_are_named_by_path() {
-        let err = Config::parse("[server]\nbody_limit_bytes='big'\n", "t").unwrap_err().to_string();
+        let err = Config::parse("[server]\nbody_limit_bytes='big'\n", "t")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("server.body_limit_bytes"), "{err}");
         let err = Config::parse(
             "[server]\nlisten='nowhere'\n[[classify.rules]]\nname='x'\nclass='sad'\nerror_text='('\n",
@@ -499,7 +554,12 @@ mod tests {
         assert!(err.contains("server.listen"), "{err}");
         assert!(err.contains("classify.rules[0].class"), "{err}");
         assert!(err.contains("classify.rules[0].error_text"), "{err}");
-        let err = Config::parse("[[classify.rules]]\nname='x'\nclass='auth'\nbogus=1\n", "t").unwrap_err().to_string();
-        assert!(err.contains("classify.rules") && err.contains("bogus: unknown key"), "{err}");
+        let err = Config::parse("[[classify.rules]]\nname='x'\nclass='auth'\nbogus=1\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("classify.rules") && err.contains("bogus: unknown key"),
+            "{err}"
+        );
     }
 }

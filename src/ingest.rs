@@ -81,7 +81,13 @@ impl Ingestor {
         }
     }
 
-    fn finish(&self, mut f: ParsedFailure, body: &[u8], ctx: &RequestContext, now_ms: i64) -> NewRecord {
+    fn finish(
+        &self,
+        mut f: ParsedFailure,
+        body: &[u8],
+        ctx: &RequestContext,
+        now_ms: i64,
+    ) -> NewRecord {
         // Redact first: everything derived below, and everything stored, is already clean.
         if let Some(err) = &mut f.error {
             self.redactor.redact_value(err);
@@ -107,7 +113,10 @@ impl Ingestor {
 
         let verdict = self.rules.classify(&f);
         let fp = fingerprint(verdict.class, &f);
-        let partition = f.partition.clone().unwrap_or_else(|| self.default_partition.clone());
+        let partition = f
+            .partition
+            .clone()
+            .unwrap_or_else(|| self.default_partition.clone());
 
         let dedup_key = match f.dedup_key() {
             Some(identity) => Some(digest16(&[b"id\x1f", identity.as_bytes()])),
@@ -117,9 +126,11 @@ impl Ingestor {
 
         let payload = match (&f.payload, &f.payload_raw) {
             // Untouched by redaction: store the bytes exactly as posted.
-            (Some(_), Some(raw)) if !payload_changed => {
-                Some(codec::encode(raw.get().as_bytes(), self.compress_above, self.zstd_level))
-            }
+            (Some(_), Some(raw)) if !payload_changed => Some(codec::encode(
+                raw.get().as_bytes(),
+                self.compress_above,
+                self.zstd_level,
+            )),
             (Some(p), _) => Some(codec::encode(
                 p.to_string().as_bytes(),
                 self.compress_above,
@@ -127,10 +138,13 @@ impl Ingestor {
             )),
             (None, _) => None,
         };
-        let error = f
-            .error
-            .as_ref()
-            .map(|e| codec::encode(e.to_string().as_bytes(), self.compress_above, self.zstd_level));
+        let error = f.error.as_ref().map(|e| {
+            codec::encode(
+                e.to_string().as_bytes(),
+                self.compress_above,
+                self.zstd_level,
+            )
+        });
 
         let text = |t: Option<ShortText>| t.map(ShortText::into_string);
         NewRecord {
@@ -202,7 +216,9 @@ mod tests {
             "/tests/fixtures/n8n/error-trigger-body.dlqHttp500Wf0001.raw.json"
         ))
         .unwrap();
-        let r = ingestor().prepare(Source::ErrorTrigger, &body, &ctx(), 1).unwrap();
+        let r = ingestor()
+            .prepare(Source::ErrorTrigger, &body, &ctx(), 1)
+            .unwrap();
         assert_eq!(r.failure_class, "transient");
         assert_eq!(r.class_rule, "transient-status");
         assert_eq!(r.partition, "default");
@@ -216,11 +232,18 @@ mod tests {
         c.partition = Some(Partition::parse("billing").unwrap());
         c.idempotency_key = Some(ShortText::parse("k", "hdr-key", 100).unwrap());
         let i = ingestor();
-        let r = i.prepare(Source::Envelope, br#"{"payload":{"a":1}}"#, &c, 1).unwrap();
+        let r = i
+            .prepare(Source::Envelope, br#"{"payload":{"a":1}}"#, &c, 1)
+            .unwrap();
         assert_eq!(r.partition, "billing");
         assert_eq!(r.idempotency_key.as_deref(), Some("hdr-key"));
         let r = i
-            .prepare(Source::Envelope, br#"{"payload":{"a":1},"partition":"own","idempotency_key":"body-key"}"#, &c, 1)
+            .prepare(
+                Source::Envelope,
+                br#"{"payload":{"a":1},"partition":"own","idempotency_key":"body-key"}"#,
+                &c,
+                1,
+            )
             .unwrap();
         assert_eq!(r.partition, "own");
         assert_eq!(r.idempotency_key.as_deref(), Some("body-key"));
@@ -229,9 +252,30 @@ mod tests {
     #[test]
     fn identical_bodies_without_identity_share_a_dedup_key() {
         let i = ingestor();
-        let a = i.prepare(Source::Envelope, br#"{"payload":{"orderId":"R-1"}}"#, &ctx(), 1).unwrap();
-        let b = i.prepare(Source::Envelope, br#"{"payload":{"orderId":"R-1"}}"#, &ctx(), 2).unwrap();
-        let c = i.prepare(Source::Envelope, br#"{"payload":{"orderId":"R-2"}}"#, &ctx(), 2).unwrap();
+        let a = i
+            .prepare(
+                Source::Envelope,
+                br#"{"payload":{"orderId":"R-1"}}"#,
+                &ctx(),
+                1,
+            )
+            .unwrap();
+        let b = i
+            .prepare(
+                Source::Envelope,
+                br#"{"payload":{"orderId":"R-1"}}"#,
+                &ctx(),
+                2,
+            )
+            .unwrap();
+        let c = i
+            .prepare(
+                Source::Envelope,
+                br#"{"payload":{"orderId":"R-2"}}"#,
+                &ctx(),
+                2,
+            )
+            .unwrap();
         assert_eq!(a.dedup_key, b.dedup_key);
         assert_ne!(a.dedup_key, c.dedup_key);
     }
@@ -239,7 +283,9 @@ mod tests {
     #[test]
     fn unredacted_payloads_keep_their_exact_bytes() {
         let body = br#"{"payload":{ "b" : 2,  "a":[1, 2.50]} }"#;
-        let r = ingestor().prepare(Source::Envelope, body, &ctx(), 1).unwrap();
+        let r = ingestor()
+            .prepare(Source::Envelope, body, &ctx(), 1)
+            .unwrap();
         let p = r.payload.unwrap();
         assert_eq!(p.bytes, br#"{ "b" : 2,  "a":[1, 2.50]}"#);
     }
@@ -249,7 +295,13 @@ mod tests {
         let items = Ingestor::split_batch(br#"[{"payload":1}, 5, {"x":{}}]"#).unwrap();
         assert_eq!(items.len(), 3);
         assert_eq!(items[1].get(), "5");
-        assert!(matches!(Ingestor::split_batch(br#"{"a":1}"#), Err(InputError::Field { .. })));
-        assert!(matches!(Ingestor::split_batch(b"[1,"), Err(InputError::Syntax(_))));
+        assert!(matches!(
+            Ingestor::split_batch(br#"{"a":1}"#),
+            Err(InputError::Field { .. })
+        ));
+        assert!(matches!(
+            Ingestor::split_batch(b"[1,"),
+            Err(InputError::Syntax(_))
+        ));
     }
 }

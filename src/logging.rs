@@ -41,13 +41,22 @@ pub fn init_server(cfg: &LoggingConfig) -> LogGuard {
     };
     let (file_layer, guard) = match file {
         Some((writer, guard)) => (
-            Some(fmt::layer().with_ansi(false).with_writer(writer).with_filter(filter())),
+            Some(
+                fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(writer)
+                    .with_filter(filter()),
+            ),
             Some(guard),
         ),
         None => (None, None),
     };
-    let stderr_layer = (cfg.stderr || file_layer.is_none())
-        .then(|| fmt::layer().with_writer(std::io::stderr).with_filter(filter()));
+    let stderr_layer = (cfg.stderr || file_layer.is_none()).then(|| {
+        fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(filter())
+    });
     let _ = tracing_subscriber::registry()
         .with(file_layer)
         .with(stderr_layer)
@@ -61,10 +70,8 @@ pub fn init_server(cfg: &LoggingConfig) -> LogGuard {
 /// Logging for the one-shot commands: warnings and errors to stderr.
 pub fn init_cli() {
     let _ = tracing_subscriber::registry()
-        .with(
-            fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_filter(EnvFilter::try_from_env("DEADLETTER_LOG").unwrap_or_else(|_| EnvFilter::new("warn"))),
-        )
+        .with(fmt::layer().with_writer(std::io::stderr).with_filter(
+            EnvFilter::try_from_env("DEADLETTER_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
+        ))
         .try_init();
 }

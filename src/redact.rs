@@ -38,7 +38,11 @@ fn normalise(key: &str) -> String {
 
 impl Redactor {
     pub fn new(keys: &[String]) -> Redactor {
-        let mut norm: Vec<String> = keys.iter().map(|k| normalise(k)).filter(|k| !k.is_empty()).collect();
+        let mut norm: Vec<String> = keys
+            .iter()
+            .map(|k| normalise(k))
+            .filter(|k| !k.is_empty())
+            .collect();
         norm.sort();
         norm.dedup();
         // Key spellings as they appear in text: the configured forms plus their -/_ variants.
@@ -48,13 +52,22 @@ impl Redactor {
             if k.is_empty() {
                 continue;
             }
-            for v in [k.clone(), k.replace('-', "_"), k.replace('_', "-"), k.replace(['-', '_'], "")] {
+            for v in [
+                k.clone(),
+                k.replace('-', "_"),
+                k.replace('_', "-"),
+                k.replace(['-', '_'], ""),
+            ] {
                 if !spellings.contains(&v) {
                     spellings.push(v);
                 }
             }
         }
-        let alt = spellings.iter().map(|s| regex::escape(s)).collect::<Vec<_>>().join("|");
+        let alt = spellings
+            .iter()
+            .map(|s| regex::escape(s))
+            .collect::<Vec<_>>()
+            .join("|");
         // The patterns are built from escaped literals, so they always compile.
         Redactor {
             keys: norm,
@@ -121,7 +134,8 @@ impl Redactor {
     fn redact_map(&self, map: &mut Map<String, Value>) -> bool {
         let mut changed = false;
         // n8n parameter lists: {"name": "Authorization", "value": "Bearer …"}.
-        let pair_is_secret = matches!(map.get("name"), Some(Value::String(n)) if self.is_sensitive_key(n));
+        let pair_is_secret =
+            matches!(map.get("name"), Some(Value::String(n)) if self.is_sensitive_key(n));
         for (k, val) in map.iter_mut() {
             let secret = self.is_sensitive_key(k) || (pair_is_secret && k == "value");
             if secret && is_secret_bearing(val) {
@@ -152,7 +166,10 @@ pub fn cap_request_headers(error: &mut Value, max: usize) {
     let Some(Value::Object(headers)) = error.pointer_mut("/context/request/headers") else {
         return;
     };
-    let total: usize = headers.iter().map(|(k, v)| k.len() + v.to_string().len() + 6).sum();
+    let total: usize = headers
+        .iter()
+        .map(|(k, v)| k.len() + v.to_string().len() + 6)
+        .sum();
     if total <= max {
         return;
     }
@@ -182,16 +199,34 @@ mod tests {
     use serde_json::json;
 
     fn redactor() -> Redactor {
-        Redactor::new(&DEFAULT_REDACT_KEYS.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        Redactor::new(
+            &DEFAULT_REDACT_KEYS
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
+        )
     }
 
     #[test]
     fn keys_match_in_any_case_and_as_suffix() {
         let r = redactor();
-        for k in ["Authorization", "X-API-KEY", "api-key", "ApiKey", "X-Auth-Token", "client_secret", "Set-Cookie"] {
+        for k in [
+            "Authorization",
+            "X-API-KEY",
+            "api-key",
+            "ApiKey",
+            "X-Auth-Token",
+            "client_secret",
+            "Set-Cookie",
+        ] {
             assert!(r.is_sensitive_key(k), "{k}");
         }
-        for k in ["authentication", "tokens_used", "passwordResetRequired", "orderId"] {
+        for k in [
+            "authentication",
+            "tokens_used",
+            "passwordResetRequired",
+            "orderId",
+        ] {
             assert!(!r.is_sensitive_key(k), "{k}");
         }
     }
@@ -215,7 +250,17 @@ mod tests {
         });
         assert!(r.redact_value(&mut v));
         let text = v.to_string();
-        for s in ["s3cr3t-A", "s3cr3t-B", "s3cr3t-C", "s3cr3t-D", "s3cr3t-E", "s3cr3t-F", "s3cr3t-G", "s3cr3t-H", "123456789"] {
+        for s in [
+            "s3cr3t-A",
+            "s3cr3t-B",
+            "s3cr3t-C",
+            "s3cr3t-D",
+            "s3cr3t-E",
+            "s3cr3t-F",
+            "s3cr3t-G",
+            "s3cr3t-H",
+            "123456789",
+        ] {
             assert!(!text.contains(s), "{s} survived in {text}");
         }
         assert_eq!(v["node"]["parameters"]["authentication"], "none");
@@ -236,14 +281,21 @@ mod tests {
     #[test]
     fn request_headers_are_capped_whole() {
         let mut e = json!({"context": {"request": {"headers": {}}}});
-        let h = e.pointer_mut("/context/request/headers").unwrap().as_object_mut().unwrap();
+        let h = e
+            .pointer_mut("/context/request/headers")
+            .unwrap()
+            .as_object_mut()
+            .unwrap();
         for i in 0..200 {
             h.insert(format!("x-h-{i}"), json!("v".repeat(40)));
         }
         cap_request_headers(&mut e, 4096);
         let h = &e["context"]["request"]["headers"];
         assert!(h.to_string().len() <= 4096, "{}", h.to_string().len());
-        assert!(h["x-deadletter-truncated"].as_str().unwrap().contains("dropped"));
+        assert!(h["x-deadletter-truncated"]
+            .as_str()
+            .unwrap()
+            .contains("dropped"));
         assert_eq!(h["x-h-0"], json!("v".repeat(40)));
     }
 }

@@ -38,7 +38,9 @@ pub async fn serve(
         store,
     };
     let app = router(state.clone());
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
     tracing::info!("HTTP server stopped; draining the writer");
     // Dropping the last writer handle joins the writer thread after its final commit.
     let AppState { store, .. } = state;

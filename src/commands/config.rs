@@ -12,14 +12,19 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
         ConfigCommand::Init { path: None, .. } => {
             std::io::stdout().write_all(EXAMPLE.as_bytes())?;
         }
-        ConfigCommand::Init { path: Some(path), force } => {
+        ConfigCommand::Init {
+            path: Some(path),
+            force,
+        } => {
             if path.exists() && !force {
                 bail!("{} exists; pass --force to overwrite it", path.display());
             }
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
             }
-            std::fs::write(&path, EXAMPLE).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(&path, EXAMPLE)
+                .with_context(|| format!("writing {}", path.display()))?;
             println!("wrote {}", path.display());
         }
         ConfigCommand::Check { path } => {

@@ -13,7 +13,12 @@ fn filter(args: &ListArgs) -> anyhow::Result<ListFilter> {
         return Err(anyhow!("--limit: must be from 1 to 1000"));
     }
     Ok(ListFilter {
-        status: args.status.as_deref().map(str::parse::<Status>).transpose().map_err(|m| anyhow!("--status: {m}"))?,
+        status: args
+            .status
+            .as_deref()
+            .map(str::parse::<Status>)
+            .transpose()
+            .map_err(|m| anyhow!("--status: {m}"))?,
         partition: args.partition.clone(),
         workflow: args.workflow.clone(),
         failure_class: args
@@ -22,9 +27,24 @@ fn filter(args: &ListArgs) -> anyhow::Result<ListFilter> {
             .map(str::parse::<FailureClass>)
             .transpose()
             .map_err(|m| anyhow!("--class: {m}"))?,
-        fingerprint: args.fingerprint.as_deref().map(Fingerprint::parse).transpose().map_err(|m| anyhow!("--fingerprint: {m}"))?,
-        since_ms: args.since.as_deref().map(parse_timestamp).transpose().map_err(|m| anyhow!("--since: {m}"))?,
-        until_ms: args.until.as_deref().map(parse_timestamp).transpose().map_err(|m| anyhow!("--until: {m}"))?,
+        fingerprint: args
+            .fingerprint
+            .as_deref()
+            .map(Fingerprint::parse)
+            .transpose()
+            .map_err(|m| anyhow!("--fingerprint: {m}"))?,
+        since_ms: args
+            .since
+            .as_deref()
+            .map(parse_timestamp)
+            .transpose()
+            .map_err(|m| anyhow!("--since: {m}"))?,
+        until_ms: args
+            .until
+            .as_deref()
+            .map(parse_timestamp)
+            .transpose()
+            .map_err(|m| anyhow!("--until: {m}"))?,
         message_contains: args.message.clone(),
         before_id: args
             .cursor
@@ -52,7 +72,17 @@ fn table(page: &ListPage, now: chrono::DateTime<chrono::Utc>) -> String {
     if page.items.is_empty() {
         return "no dead letters match\n".into();
     }
-    let header = ["ID", "STATUS", "CLASS", "PARTITION", "WORKFLOW", "NODE", "LAST SEEN", "N", "ERROR"];
+    let header = [
+        "ID",
+        "STATUS",
+        "CLASS",
+        "PARTITION",
+        "WORKFLOW",
+        "NODE",
+        "LAST SEEN",
+        "N",
+        "ERROR",
+    ];
     let rows: Vec<[String; 9]> = page
         .items
         .iter()
@@ -62,13 +92,21 @@ fn table(page: &ListPage, now: chrono::DateTime<chrono::Utc>) -> String {
                 r.status.clone(),
                 r.failure_class.clone(),
                 r.partition.clone(),
-                clip(r.workflow_name.as_deref().or(r.workflow_id.as_deref()).unwrap_or("-"), 28),
+                clip(
+                    r.workflow_name
+                        .as_deref()
+                        .or(r.workflow_id.as_deref())
+                        .unwrap_or("-"),
+                    28,
+                ),
                 clip(r.node_name.as_deref().unwrap_or("-"), 20),
                 ago(r.last_seen_at, now),
                 r.occurrences.to_string(),
                 clip(
                     &match (r.http_status, &r.error_code, &r.error_message) {
-                        (Some(s), _, Some(m)) => format!("{s} {m}"),
+                        (Some(s), _, Some(m)) if !m.starts_with(&s.to_string()) => {
+                            format!("{s} {m}")
+                        }
                         (None, Some(c), Some(m)) => format!("{c} {m}"),
                         (_, _, Some(m)) => m.clone(),
                         _ => "-".into(),

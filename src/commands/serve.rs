@@ -20,8 +20,12 @@ pub fn run(mut config: Config, args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let store = server::open_store(&config)
-            .with_context(|| format!("opening the database in {}", config.storage.data_dir.display()))?;
+        let store = server::open_store(&config).with_context(|| {
+            format!(
+                "opening the database in {}",
+                config.storage.data_dir.display()
+            )
+        })?;
         let listener = tokio::net::TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.server.listen))?;

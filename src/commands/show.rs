@@ -36,7 +36,10 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
     };
     field("id", Some(r.id.to_string()));
     field("status", Some(r.status.clone()));
-    field("class", Some(format!("{} (rule {})", r.failure_class, r.class_rule)));
+    field(
+        "class",
+        Some(format!("{} (rule {})", r.failure_class, r.class_rule)),
+    );
     field("fingerprint", Some(r.fingerprint.to_string()));
     field("partition", Some(r.partition.clone()));
     field("source", Some(r.source.clone()));
@@ -47,23 +50,46 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
             (n, i) => n.clone().or(i.clone()),
         },
     );
-    field("execution", r.execution_id.clone().map(|e| match &r.execution_mode {
-        Some(m) => format!("{e} ({m})"),
-        None => e,
-    }));
+    field(
+        "execution",
+        r.execution_id.clone().map(|e| match &r.execution_mode {
+            Some(m) => format!("{e} ({m})"),
+            None => e,
+        }),
+    );
     field("execution url", r.execution_url.clone());
-    field("node", r.node_name.clone().map(|n| match &r.node_type {
-        Some(t) => format!("{n} ({t})"),
-        None => n,
-    }));
+    field(
+        "node",
+        r.node_name.clone().map(|n| match &r.node_type {
+            Some(t) => format!("{n} ({t})"),
+            None => n,
+        }),
+    );
     field("http status", r.http_status.map(|s| s.to_string()));
     field("error code", r.error_code.clone());
-    field("error", r.error_message.clone().map(|m| match &r.error_name {
-        Some(n) => format!("{n}: {m}"),
-        None => m,
-    }));
-    field("first seen", Some(format!("{} ({})", r.first_seen_at.to_rfc3339(), ago(r.first_seen_at, now))));
-    field("last seen", Some(format!("{} ({})", r.last_seen_at.to_rfc3339(), ago(r.last_seen_at, now))));
+    field(
+        "error",
+        r.error_message.clone().map(|m| match &r.error_name {
+            Some(n) => format!("{n}: {m}"),
+            None => m,
+        }),
+    );
+    field(
+        "first seen",
+        Some(format!(
+            "{} ({})",
+            r.first_seen_at.to_rfc3339(),
+            ago(r.first_seen_at, now)
+        )),
+    );
+    field(
+        "last seen",
+        Some(format!(
+            "{} ({})",
+            r.last_seen_at.to_rfc3339(),
+            ago(r.last_seen_at, now)
+        )),
+    );
     field("occurrences", Some(r.occurrences.to_string()));
     field("idempotency key", r.idempotency_key.clone());
     field("event id", r.external_event_id.clone());
@@ -86,7 +112,12 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
         None => out.push_str("\npayload: none (an Error Trigger record carries only the error)\n"),
     }
     if let Some(e) = &rec.error {
-        let _ = writeln!(out, "\nerror object ({} bytes):\n{}", e.size, pretty(&e.json));
+        let _ = writeln!(
+            out,
+            "\nerror object ({} bytes):\n{}",
+            e.size,
+            pretty(&e.json)
+        );
     }
     out.push_str("\nevents:\n");
     for e in &rec.events {
@@ -96,7 +127,10 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
             e.at.to_rfc3339(),
             e.kind,
             e.actor,
-            e.to_status.as_ref().map(|s| format!(" -> {s}")).unwrap_or_default()
+            e.to_status
+                .as_ref()
+                .map(|s| format!(" -> {s}"))
+                .unwrap_or_default()
         );
     }
     out

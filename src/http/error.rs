@@ -86,7 +86,11 @@ impl From<StoreError> for ApiError {
             }
             StoreError::WriterGone => {
                 tracing::error!("storage: the writer has stopped");
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "storage is shutting down")
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "storage is shutting down",
+                )
             }
             other => {
                 tracing::error!(error = %other, "storage error");

@@ -118,67 +118,64 @@ pub async fn batch(
     let ingestor = state.ingestor.clone();
     let now = now_ms();
     // Every element is parsed and validated on its own; one bad element never sinks the rest.
-    let prepared = tokio::task::spawn_blocking(move || -> Result<Vec<Result<NewRecord, InputError>>, ApiError> {
-        let items = Ingestor::split_batch(&body)?;
-        if items.is_empty() {
-            return Err(ApiError::invalid("$", "the batch is empty"));
-        }
-        if items.len() > max {
-            return Err(ApiError::too_large(format!(
-                "the batch has {} items; at most {max} are accepted (server.batch_max_items)",
-                items.len()
-            )));
-        }
-        Ok(items
-            .iter()
-            .map(|raw| ingestor.prepare(Source::Envelope, raw.get().as_bytes(), &ctx, now))
-            .collect())
-    })
+    let prepared = tokio::task::spawn_blocking(
+        move || -> Result<Vec<Result<NewRecord, InputError>>, ApiError> {
+            let items = Ingestor::split_batch(&body)?;
+            if items.is_empty() {
+                return Err(ApiError::invalid("$", "the batch is empty"));
+            }
+            if items.len() > max {
+                return Err(ApiError::too_large(format!(
+                    "the batch has {} items; at most {max} are accepted (server.batch_max_items)",
+                    items.len()
+                )));
+            }
+            Ok(items
+                .iter()
+                .map(|raw| ingestor.prepare(Source::Envelope, raw.get().as_bytes(), &ctx, now))
+                .collect())
+        },
+    )
     .await
     .map_err(|_| ApiError::internal())??;
 
-    let mut pending = Vec::with_capacity(prepared.len());
+    // Valid elements go to the writer together and in order, so they share a commit and a
+    // repeat later in the batch deduplicates against an earlier one.
+    let mut summaries = Vec::with_capacity(prepared.len());
+    let mut records = Vec::new();
     for p in prepared {
-        match p {
-            Ok(rec) => {
-                let summary = Created::of(&rec);
-                // Enqueue them all before awaiting any, so they share one commit.
-                let writer = state.store.writer.clone();
-                pending.push(Ok((summary, tokio::spawn(async move { writer.ingest(rec).await }))));
-            }
-            Err(e) => pending.push(Err(ApiError::from(e))),
-        }
+        summaries.push(p.map(|rec| {
+            let summary = Created::of(&rec);
+            records.push(rec);
+            summary
+        }));
     }
+    let mut outcomes = state.store.writer.ingest_many(records).await.into_iter();
     let (mut created, mut deduplicated, mut rejected) = (0, 0, 0);
-    let mut results = Vec::with_capacity(pending.len());
-    for (index, p) in pending.into_iter().enumerate() {
-        let res = match p {
-            Ok((summary, task)) => match task.await {
-                Ok(Ok(o)) if o.created => {
-                    created += 1;
-                    json!({"index": index, "result": "created", "id": o.id, "status": o.status,
-                           "failure_class": summary.class, "fingerprint": summary.fingerprint})
-                }
-                Ok(Ok(o)) => {
-                    deduplicated += 1;
-                    json!({"index": index, "result": "deduplicated", "id": o.id, "status": o.status,
-                           "occurrences": o.occurrences})
-                }
-                Ok(Err(e)) => {
-                    rejected += 1;
-                    json!({"index": index, "result": "rejected", "error": ApiError::from(e).body()})
-                }
-                Err(_) => {
-                    rejected += 1;
-                    json!({"index": index, "result": "rejected", "error": ApiError::internal().body()})
-                }
-            },
+    let mut results = Vec::with_capacity(summaries.len());
+    for (index, s) in summaries.into_iter().enumerate() {
+        let outcome = s.map_err(ApiError::from).and_then(|summary| {
+            let o = outcomes
+                .next()
+                .unwrap_or(Err(crate::store::StoreError::WriterGone));
+            o.map(|o| (summary, o)).map_err(ApiError::from)
+        });
+        results.push(match outcome {
+            Ok((summary, o)) if o.created => {
+                created += 1;
+                json!({"index": index, "result": "created", "id": o.id, "status": o.status,
+                       "failure_class": summary.class, "fingerprint": summary.fingerprint})
+            }
+            Ok((_, o)) => {
+                deduplicated += 1;
+                json!({"index": index, "result": "deduplicated", "id": o.id, "status": o.status,
+                       "occurrences": o.occurrences})
+            }
             Err(e) => {
                 rejected += 1;
                 json!({"index": index, "result": "rejected", "error": e.body()})
             }
-        };
-        results.push(res);
+        });
     }
     tracing::info!(created, deduplicated, rejected, "ingested batch");
     Ok((
@@ -200,14 +197,25 @@ fn request_parts(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    if !(mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))) {
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if !(mime == "application/json"
+        || (mime.starts_with("application/") && mime.ends_with("+json")))
+    {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!(
                 "send the body as JSON with `Content-Type: application/json` (got {})",
-                if ct.is_empty() { "none".to_owned() } else { format!("`{ct}`") }
+                if ct.is_empty() {
+                    "none".to_owned()
+                } else {
+                    format!("`{ct}`")
+                }
             ),
         ));
     }

@@ -67,8 +67,14 @@ pub fn with_layers(router: Router, body_limit: usize) -> Router {
                         .unwrap_or_else(|| "unmatched".into());
                     tracing::debug_span!("http", method = %req.method(), route)
                 })
-                .on_response(|res: &axum::response::Response, latency: Duration, _span: &tracing::Span| {
-                    tracing::debug!(status = res.status().as_u16(), micros = latency.as_micros() as u64, "answered");
-                }),
+                .on_response(
+                    |res: &axum::response::Response, latency: Duration, _span: &tracing::Span| {
+                        tracing::debug!(
+                            status = res.status().as_u16(),
+                            micros = latency.as_micros() as u64,
+                            "answered"
+                        );
+                    },
+                ),
         )
 }

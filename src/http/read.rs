@@ -37,19 +37,34 @@ fn field<T>(name: &str, r: Result<T, String>) -> Result<T, ApiError> {
 fn filter_from(q: ListQuery) -> Result<ListFilter, ApiError> {
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
-        return Err(ApiError::invalid("limit", format!("must be from 1 to {MAX_LIMIT}")));
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be from 1 to {MAX_LIMIT}"),
+        ));
     }
     Ok(ListFilter {
-        status: q.status.map(|s| field("status", s.parse::<Status>())).transpose()?,
+        status: q
+            .status
+            .map(|s| field("status", s.parse::<Status>()))
+            .transpose()?,
         partition: q.partition,
         workflow: q.workflow,
         failure_class: q
             .failure_class
             .map(|s| field("failure_class", s.parse::<FailureClass>()))
             .transpose()?,
-        fingerprint: q.fingerprint.map(|s| field("fingerprint", Fingerprint::parse(&s))).transpose()?,
-        since_ms: q.since.map(|s| field("since", parse_timestamp(&s))).transpose()?,
-        until_ms: q.until.map(|s| field("until", parse_timestamp(&s))).transpose()?,
+        fingerprint: q
+            .fingerprint
+            .map(|s| field("fingerprint", Fingerprint::parse(&s)))
+            .transpose()?,
+        since_ms: q
+            .since
+            .map(|s| field("since", parse_timestamp(&s)))
+            .transpose()?,
+        until_ms: q
+            .until
+            .map(|s| field("until", parse_timestamp(&s)))
+            .transpose()?,
         message_contains: q.q.filter(|s| !s.is_empty()),
         before_id: q
             .cursor
@@ -83,17 +98,23 @@ pub async fn list(
 fn parse_id(raw: &str) -> Result<i64, ApiError> {
     RecordId::parse(raw)
         .map(RecordId::get)
-        .map_err(|m| ApiError::not_found(m))
+        .map_err(ApiError::not_found)
 }
 
-pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let body = read(&state.store.readers, move |p| p.get(id)?.to_json()).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// The newest payload version, byte for byte as stored.
-pub async fn payload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn payload(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let doc = read(&state.store.readers, move |p| p.get(id)).await?;
     match doc.payload {
@@ -112,7 +133,11 @@ pub async fn healthz() -> Response {
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let writer = state.store.writer.is_alive();
     let db = read(&state.store.readers, |p| p.ping()).await.is_ok();
-    let status = if writer && db { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if writer && db {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (
         status,
         Json(json!({

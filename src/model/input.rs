@@ -127,8 +127,25 @@ impl ParsedFailure {
     }
 }
 
+/// serde_json refuses JSON nested deeper than this (and so do we, by name).
+pub const MAX_DEPTH: usize = 128;
+
+fn too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
+fn depth_error(path: &str) -> InputError {
+    InputError::field(path, format!("JSON nested deeper than {MAX_DEPTH} levels"))
+}
+
 fn parse_json(body: &[u8]) -> Result<Value, InputError> {
-    serde_json::from_slice(body).map_err(|e| InputError::Syntax(e.to_string()))
+    serde_json::from_slice(body).map_err(|e| {
+        if too_deep(&e) {
+            depth_error("$")
+        } else {
+            InputError::Syntax(e.to_string())
+        }
+    })
 }
 
 /// Parse n8n's Error Trigger item (`POST /v1/n8n/error-trigger`).
@@ -249,12 +266,12 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
         Err(e) => {
             let path = e.path().to_string();
             let inner = e.into_inner();
+            if too_deep(&inner) {
+                return Err(depth_error(if path == "." { "$" } else { &path }));
+            }
             return Err(if inner.is_syntax() || inner.is_eof() || path == "." {
                 if inner.is_data() {
-                    InputError::field(
-                        "$",
-                        "expected a JSON object with `payload` (or `item`)",
-                    )
+                    InputError::field("$", "expected a JSON object with `payload` (or `item`)")
                 } else {
                     InputError::Syntax(inner.to_string())
                 }
@@ -272,15 +289,20 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
         }
         (Some(p), None) => p,
         (None, Some(i)) => i,
-        (None, None) => {
-            return Err(InputError::field(
-                "payload",
-                "missing: the failing item, as `payload` (or `item`, as n8n's error output sends it)",
-            ))
-        }
+        (None, None) => return Err(InputError::field(
+            "payload",
+            "missing: the failing item, as `payload` (or `item`, as n8n's error output sends it)",
+        )),
     };
     let payload: Value = serde_json::from_str(raw_item.get()).map_err(|e| {
-        InputError::field("payload", format!("cannot be read: {}", strip_position(&e.to_string())))
+        if too_deep(&e) {
+            depth_error("payload")
+        } else {
+            InputError::field(
+                "payload",
+                format!("cannot be read: {}", strip_position(&e.to_string())),
+            )
+        }
     })?;
 
     let mut out = ParsedFailure {
@@ -292,8 +314,10 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
         .map(|p| Partition::parse(&p).map_err(|m| InputError::field("partition", m)))
         .transpose()?;
     let key = |field: &str, v: Option<String>| -> Result<Option<ShortText>, InputError> {
-        v.map(|s| ShortText::parse(field, &s, MAX_KEY_BYTES).map_err(|m| InputError::field(field, m)))
-            .transpose()
+        v.map(|s| {
+            ShortText::parse(field, &s, MAX_KEY_BYTES).map_err(|m| InputError::field(field, m))
+        })
+        .transpose()
     };
     out.idempotency_key = key("idempotency_key", raw.idempotency_key)?;
     out.external_event_id = key("external_event_id", raw.external_event_id)?;
@@ -302,10 +326,7 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
     out.contract_version = key("contract_version", raw.contract_version)?;
     out.business_object_type = key("business_object_type", raw.business_object_type)?;
     out.business_object_id = key("business_object_id", raw.business_object_id)?;
-    out.replay_url = raw
-        .replay_url
-        .map(|u| parse_replay_url(&u))
-        .transpose()?;
+    out.replay_url = raw.replay_url.map(|u| parse_replay_url(&u)).transpose()?;
     if let Some(w) = raw.workflow {
         out.workflow_id = w.id.map(IdValue::into_string);
         out.workflow_name = w.name;
@@ -373,7 +394,10 @@ fn check_len(field: &str, v: Option<&str>) -> Result<(), InputError> {
     match v {
         Some(s) if s.len() > MAX_NAME_BYTES => Err(InputError::field(
             field,
-            format!("is {} bytes long; at most {MAX_NAME_BYTES} are allowed", s.len()),
+            format!(
+                "is {} bytes long; at most {MAX_NAME_BYTES} are allowed",
+                s.len()
+            ),
         )),
         _ => Ok(()),
     }
@@ -518,22 +542,30 @@ mod tests {
     fn code_node_error_trigger_names_workflow_execution_and_node() {
         let p = parse_error_trigger(&fixture("error-trigger-body.raw.json")).unwrap();
         assert_eq!(p.workflow_id.as_deref(), Some("dlqMainWf0000001"));
-        assert_eq!(p.workflow_name.as_deref(), Some("Orders (fails on purpose)"));
+        assert_eq!(
+            p.workflow_name.as_deref(),
+            Some("Orders (fails on purpose)")
+        );
         assert_eq!(p.execution_id.as_deref(), Some("1"));
         assert_eq!(p.node_name.as_deref(), Some("Process order"));
         assert_eq!(p.execution_mode.as_deref(), Some("webhook"));
         assert_eq!(p.http_status, None);
-        assert!(p.error_message.unwrap().starts_with("order processing failed"));
+        assert!(p
+            .error_message
+            .unwrap()
+            .starts_with("order processing failed"));
         assert!(p.payload.is_none());
     }
 
     #[test]
     fn node_api_error_carries_http_code_and_node_type() {
-        let p = parse_error_trigger(&fixture("error-trigger-body.dlqHttp500Wf0001.raw.json")).unwrap();
+        let p =
+            parse_error_trigger(&fixture("error-trigger-body.dlqHttp500Wf0001.raw.json")).unwrap();
         assert_eq!(p.http_status, Some(500));
         assert_eq!(p.error_name.as_deref(), Some("NodeApiError"));
         assert_eq!(p.node_type.as_deref(), Some("n8n-nodes-base.httpRequest"));
-        let p = parse_error_trigger(&fixture("error-trigger-body.dlqHttpRefWf0001.raw.json")).unwrap();
+        let p =
+            parse_error_trigger(&fixture("error-trigger-body.dlqHttpRefWf0001.raw.json")).unwrap();
         assert_eq!(p.http_status, None);
         assert_eq!(p.error_code.as_deref(), Some("ECONNREFUSED"));
     }
@@ -551,9 +583,15 @@ mod tests {
     #[test]
     fn error_trigger_refuses_wrong_shapes_by_path() {
         let e = parse_error_trigger(br#"{"workflow":{"id":"w"}}"#).unwrap_err();
-        assert!(matches!(e, InputError::Field { ref path, .. } if path == "execution"), "{e}");
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path == "execution"),
+            "{e}"
+        );
         let e = parse_error_trigger(br#"{"execution":{"id":[1]}}"#).unwrap_err();
-        assert!(matches!(e, InputError::Field { ref path, .. } if path == "execution.id"), "{e}");
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path == "execution.id"),
+            "{e}"
+        );
         let e = parse_error_trigger(b"[1]").unwrap_err();
         assert!(matches!(e, InputError::Field { .. }));
         let e = parse_error_trigger(b"{").unwrap_err();
@@ -571,22 +609,40 @@ mod tests {
         assert_eq!(p.execution_id.as_deref(), Some("1"));
         let raw = p.payload_raw.unwrap();
         let whole: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(serde_json::from_str::<Value>(raw.get()).unwrap(), whole["item"]);
+        assert_eq!(
+            serde_json::from_str::<Value>(raw.get()).unwrap(),
+            whole["item"]
+        );
         assert!(std::str::from_utf8(&body).unwrap().contains(raw.get()));
     }
 
     #[test]
     fn envelope_type_errors_name_the_field() {
         let e = parse_envelope(br#"{"payload":{},"partition":5}"#).unwrap_err();
-        assert!(matches!(e, InputError::Field { ref path, .. } if path == "partition"), "{e}");
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path == "partition"),
+            "{e}"
+        );
         let e = parse_envelope(br#"{"payload":{},"workflow":{"id":true}}"#).unwrap_err();
-        assert!(matches!(e, InputError::Field { ref path, .. } if path.starts_with("workflow")), "{e}");
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path.starts_with("workflow")),
+            "{e}"
+        );
         let e = parse_envelope(br#"{"error":"x"}"#).unwrap_err();
-        assert!(matches!(e, InputError::Field { ref path, .. } if path == "payload"), "{e}");
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path == "payload"),
+            "{e}"
+        );
         let e = parse_envelope(br#"{"payload":1,"replay_url":"ftp://x"}"#).unwrap_err();
-        assert!(matches!(e, InputError::Field { ref path, .. } if path == "replay_url"), "{e}");
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path == "replay_url"),
+            "{e}"
+        );
         let e = parse_envelope(br#"{"payload":1,"partition":"a b"}"#).unwrap_err();
-        assert!(matches!(e, InputError::Field { ref path, .. } if path == "partition"), "{e}");
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path == "partition"),
+            "{e}"
+        );
         let e = parse_envelope(b"[]").unwrap_err();
         assert!(matches!(e, InputError::Field { .. }), "{e}");
         let e = parse_envelope(b"{\"payload\":").unwrap_err();
@@ -595,15 +651,24 @@ mod tests {
 
     #[test]
     fn deep_nesting_is_refused_not_overflowed() {
-        let deep = format!("{{\"payload\":{}1{}}}", "[".repeat(10_000), "]".repeat(10_000));
+        let deep = format!(
+            "{{\"payload\":{}1{}}}",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
         assert!(parse_envelope(deep.as_bytes()).is_err());
-        let deep = format!("{{\"execution\":{{\"error\":{}1{}}}}}", "[".repeat(10_000), "]".repeat(10_000));
+        let deep = format!(
+            "{{\"execution\":{{\"error\":{}1{}}}}}",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
         assert!(parse_error_trigger(deep.as_bytes()).is_err());
     }
 
     #[test]
     fn dedup_key_prefers_the_producers_identity() {
-        let p = parse_envelope(br#"{"payload":1,"idempotency_key":"k1","external_event_id":"e"}"#).unwrap();
+        let p = parse_envelope(br#"{"payload":1,"idempotency_key":"k1","external_event_id":"e"}"#)
+            .unwrap();
         assert_eq!(p.dedup_key().as_deref(), Some("idem:k1"));
         let p = parse_envelope(br#"{"payload":1,"external_event_id":"e"}"#).unwrap();
         assert_eq!(p.dedup_key().as_deref(), Some("ext:e"));

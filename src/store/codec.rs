@@ -24,7 +24,9 @@ impl Codec {
         match s {
             "raw" => Ok(Codec::Raw),
             "zstd" => Ok(Codec::Zstd),
-            other => Err(StoreError::Corrupt(format!("unknown payload codec `{other}`"))),
+            other => Err(StoreError::Corrupt(format!(
+                "unknown payload codec `{other}`"
+            ))),
         }
     }
 }
@@ -88,7 +90,10 @@ mod tests {
     fn small_documents_stay_raw_and_large_ones_shrink() {
         let small = br#"{"a":1}"#;
         assert_eq!(encode(small, 1024, 3).codec, Codec::Raw);
-        let big = format!("[{}]", vec![r#"{"orderId":"A-1","amount":1}"#; 100].join(","));
+        let big = format!(
+            "[{}]",
+            vec![r#"{"orderId":"A-1","amount":1}"#; 100].join(",")
+        );
         let e = encode(big.as_bytes(), 1024, 3);
         assert_eq!(e.codec, Codec::Zstd);
         assert!(e.bytes.len() < big.len() / 4);

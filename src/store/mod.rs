@@ -21,7 +21,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 pub use codec::{Codec, Encoded};
-pub use query::{EventView, ListFilter, ListPage, RecordDetail, RecordSummary, DocumentView};
+pub use query::{DocumentView, EventView, ListFilter, ListPage, RecordDetail, RecordSummary};
 pub use writer::{IngestOutcome, NewRecord, Writer};
 
 use crate::config::StorageConfig;
@@ -59,7 +59,9 @@ pub enum StoreError {
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         match e {
-            rusqlite::Error::SqliteFailure(f, ref msg) if f.code == rusqlite::ErrorCode::DiskFull => {
+            rusqlite::Error::SqliteFailure(f, ref msg)
+                if f.code == rusqlite::ErrorCode::DiskFull =>
+            {
                 StoreError::DiskFull(msg.clone().unwrap_or_else(|| f.to_string()))
             }
             other => StoreError::Sqlite(other),
@@ -88,7 +90,10 @@ fn open_writer_conn(path: &Path, busy_timeout: Duration) -> Result<Connection, S
     // The WAL switch is refused on a locked file; it is persistent, so only the first open matters.
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Corrupt(format!("cannot switch {} to WAL (got {mode})", path.display())));
+        return Err(StoreError::Corrupt(format!(
+            "cannot switch {} to WAL (got {mode})",
+            path.display()
+        )));
     }
     // Durability promise: a commit is on disk before the writer answers anyone.
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -104,7 +109,9 @@ fn open_reader_conn(path: &Path, busy_timeout: Duration) -> Result<Connection, S
     }
     let conn = Connection::open_with_flags(
         path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
     )?;
     configure(&conn, busy_timeout)?;
     conn.pragma_update(None, "query_only", "ON")?;
@@ -133,7 +140,10 @@ impl ReadPool {
     }
 
     /// Run `f` on a reader connection (blocking: call from a blocking context).
-    pub fn with<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    pub fn with<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let taken = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let conn = match taken {
             Some(c) => c,
@@ -179,6 +189,10 @@ impl Store {
         let conn = open_writer_conn(&path, cfg.busy_timeout)?;
         let writer = Writer::start(conn, cfg.writer_max_batch)?;
         let readers = ReadPool::open(&path, cfg.busy_timeout)?;
-        Ok(Store { writer, readers, path })
+        Ok(Store {
+            writer,
+            readers,
+            path,
+        })
     }
 }

@@ -116,7 +116,9 @@ const COLUMNS: &str = "id, partition, status, source, failure_class, class_rule,
     business_object_type, business_object_id, replay_url, owner, due_at, attempts";
 
 pub fn ms_to_time(ms: i64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(ms).single().unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
 }
 
 fn summary(r: &Row<'_>) -> rusqlite::Result<RecordSummary> {
@@ -188,8 +190,14 @@ pub fn list(conn: &Connection, f: &ListFilter) -> Result<ListPage, StoreError> {
         add(" AND first_seen_at < ?", Box::new(t));
     }
     if let Some(q) = &f.message_contains {
-        let escaped = q.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-        add(" AND error_message LIKE ? ESCAPE '\\'", Box::new(format!("%{escaped}%")));
+        let escaped = q
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        add(
+            " AND error_message LIKE ? ESCAPE '\\'",
+            Box::new(format!("%{escaped}%")),
+        );
     }
     if let Some(b) = f.before_id {
         add(" AND id < ?", Box::new(b));
@@ -198,7 +206,10 @@ pub fn list(conn: &Connection, f: &ListFilter) -> Result<ListPage, StoreError> {
     add(" ORDER BY id DESC LIMIT ?", Box::new((limit + 1) as i64));
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut items = stmt
-        .query_map(rusqlite::params_from_iter(args.iter().map(|b| b.as_ref())), summary)?
+        .query_map(
+            rusqlite::params_from_iter(args.iter().map(|b| b.as_ref())),
+            summary,
+        )?
         .collect::<Result<Vec<_>, _>>()?;
     let next_cursor = if items.len() > limit {
         items.truncate(limit);

@@ -67,7 +67,10 @@ pub struct IngestOutcome {
 }
 
 enum Request {
-    Ingest(Box<NewRecord>, oneshot::Sender<Result<IngestOutcome, StoreError>>),
+    Ingest(
+        Box<NewRecord>,
+        oneshot::Sender<Result<IngestOutcome, StoreError>>,
+    ),
 }
 
 /// A cheap, cloneable handle to the writer thread.
@@ -120,13 +123,29 @@ impl Writer {
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Blocking variant for non-async callers (CLI import, tests).
-    pub fn ingest_blocking(&self, rec: NewRecord) -> Result<IngestOutcome, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .blocking_send(Request::Ingest(Box::new(rec), tx))
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.blocking_recv().map_err(|_| StoreError::WriterGone)?
+    /// Store several failures in order (they usually share one commit); one result each.
+    pub async fn ingest_many(
+        &self,
+        recs: Vec<NewRecord>,
+    ) -> Vec<Result<IngestOutcome, StoreError>> {
+        let mut waiting = Vec::with_capacity(recs.len());
+        for rec in recs {
+            let (tx, rx) = oneshot::channel();
+            let sent = self
+                .tx
+                .send(Request::Ingest(Box::new(rec), tx))
+                .await
+                .is_ok();
+            waiting.push(sent.then_some(rx));
+        }
+        let mut out = Vec::with_capacity(waiting.len());
+        for rx in waiting {
+            out.push(match rx {
+                Some(rx) => rx.await.unwrap_or(Err(StoreError::WriterGone)),
+                None => Err(StoreError::WriterGone),
+            });
+        }
+        out
     }
 
     pub fn is_alive(&self) -> bool {
@@ -147,7 +166,11 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Request>, max_batch: usize) 
         let started = std::time::Instant::now();
         let n = batch.len();
         let results = commit_batch(&mut conn, &batch);
-        tracing::trace!(batch = n, micros = started.elapsed().as_micros() as u64, "group commit");
+        tracing::trace!(
+            batch = n,
+            micros = started.elapsed().as_micros() as u64,
+            "group commit"
+        );
         for (req, res) in batch.drain(..).zip(results) {
             match req {
                 Request::Ingest(_, reply) => {
@@ -161,7 +184,10 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Request>, max_batch: usize) 
 
 /// Apply every request in one transaction. Per-request failures roll back that request's
 /// savepoint only; a failed commit fails them all (none was acknowledged).
-fn commit_batch(conn: &mut Connection, batch: &[Request]) -> Vec<Result<IngestOutcome, StoreError>> {
+fn commit_batch(
+    conn: &mut Connection,
+    batch: &[Request],
+) -> Vec<Result<IngestOutcome, StoreError>> {
     let mut results: Vec<Result<IngestOutcome, StoreError>> = Vec::with_capacity(batch.len());
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
@@ -215,9 +241,7 @@ fn apply_ingest(conn: &Connection, r: &NewRecord) -> Result<IngestOutcome, Store
                  WHERE id = ?1",
             )?
             .execute(params![id, r.at_ms])?;
-            let status = status
-                .parse::<Status>()
-                .map_err(StoreError::Corrupt)?;
+            let status = status.parse::<Status>().map_err(StoreError::Corrupt)?;
             return Ok(IngestOutcome {
                 id: RecordId::new(id),
                 status,
@@ -289,7 +313,13 @@ fn apply_ingest(conn: &Connection, r: &NewRecord) -> Result<IngestOutcome, Store
     conn.prepare_cached(
         "INSERT INTO events (record_id, at, actor, kind, to_status) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![id, r.at_ms, r.actor, EventKind::Created.as_str(), r.status.as_str()])?;
+    .execute(params![
+        id,
+        r.at_ms,
+        r.actor,
+        EventKind::Created.as_str(),
+        r.status.as_str()
+    ])?;
     Ok(IngestOutcome {
         id: RecordId::new(id),
         status: r.status,

@@ -1,1 +1,10 @@
-fn main(){}
+//! The one integration test binary: every test drives the real `deadletter` executable.
+
+mod harness;
+
+mod cli;
+mod config;
+mod durability;
+mod ingest;
+mod read;
+mod redaction;
