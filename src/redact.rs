@@ -80,20 +80,43 @@ impl Redactor {
         }
     }
 
+    /// Called for every key of every stored document, so it does not allocate for the usual
+    /// short ASCII key.
     pub fn is_sensitive_key(&self, key: &str) -> bool {
-        let n = normalise(key);
-        self.keys.iter().any(|k| n == *k || n.ends_with(k.as_str()))
+        let mut buf = [0u8; 64];
+        let mut len = 0;
+        if key.is_ascii() && key.len() <= buf.len() {
+            for b in key.bytes().filter(|b| *b != b'-' && *b != b'_') {
+                buf[len] = b.to_ascii_lowercase();
+                len += 1;
+            }
+            let n = &buf[..len];
+            self.keys.iter().any(|k| n.ends_with(k.as_bytes()))
+        } else {
+            let n = normalise(key);
+            self.keys.iter().any(|k| n.ends_with(k.as_str()))
+        }
     }
 
     /// Redact credentials inside free text. Borrowed when nothing was found.
     pub fn redact_str<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        // Cheap byte checks first: most strings (messages, stack traces) hold none of what the
+        // patterns need, and a regex replace costs far more than a scan.
+        let has = |b: u8| s.as_bytes().contains(&b);
         let mut out = Cow::Borrowed(s);
-        for (re, rep) in [
-            (&self.bearer, "$1$2 [REDACTED]"),
-            (&self.query, "${1}[REDACTED]"),
-            (&self.json_pair, "${1}[REDACTED]"),
-            (&self.userinfo, "${1}[REDACTED]@"),
+        for (wanted, re, rep) in [
+            (s.len() > 6 && has(b' '), &self.bearer, "$1$2 [REDACTED]"),
+            (has(b'='), &self.query, "${1}[REDACTED]"),
+            (has(b'"') && has(b':'), &self.json_pair, "${1}[REDACTED]"),
+            (
+                has(b'@') && s.contains("://"),
+                &self.userinfo,
+                "${1}[REDACTED]@",
+            ),
         ] {
+            if !wanted || !re.is_match(&out) {
+                continue;
+            }
             if let Cow::Owned(o) = re.replace_all(&out, rep) {
                 out = Cow::Owned(o);
             }

@@ -151,7 +151,7 @@ fn parse_json(body: &[u8]) -> Result<Value, InputError> {
 /// Parse n8n's Error Trigger item (`POST /v1/n8n/error-trigger`).
 pub fn parse_error_trigger(body: &[u8]) -> Result<ParsedFailure, InputError> {
     let root = parse_json(body)?;
-    let Value::Object(root) = root else {
+    let Value::Object(mut root) = root else {
         return Err(InputError::field(
             "$",
             "expected a JSON object: the item n8n's Error Trigger emits",
@@ -169,10 +169,10 @@ pub fn parse_error_trigger(body: &[u8]) -> Result<ParsedFailure, InputError> {
         out.execution_mode = opt_string(exec, "mode", "execution.mode")?;
         out.retry_of = opt_id(exec, "retryOf", "execution.retryOf")?;
         out.node_name = opt_string(exec, "lastNodeExecuted", "execution.lastNodeExecuted")?;
-        out.error = exec.get("error").filter(|v| !v.is_null()).cloned();
+        out.error = take_error(&mut root, "execution");
     } else if let Some(trigger) = opt_object(&root, "trigger", "trigger")? {
         out.execution_mode = opt_string(trigger, "mode", "trigger.mode")?;
-        out.error = trigger.get("error").filter(|v| !v.is_null()).cloned();
+        out.error = take_error(&mut root, "trigger");
     } else {
         return Err(InputError::field(
             "execution",
@@ -400,6 +400,14 @@ fn check_len(field: &str, v: Option<&str>) -> Result<(), InputError> {
             ),
         )),
         _ => Ok(()),
+    }
+}
+
+/// Move `root[outer].error` out (no copy of what can be a large document); null means none.
+fn take_error(root: &mut Map<String, Value>, outer: &str) -> Option<Value> {
+    match root.get_mut(outer)?.as_object_mut()?.remove("error")? {
+        Value::Null => None,
+        e => Some(e),
     }
 }
 

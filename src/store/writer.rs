@@ -7,7 +7,9 @@
 //! While it is in fsync, new requests queue up and form the next batch: that is how ingest
 //! gets far past one fsync per request.
 //!
-//! Nothing expensive happens here: documents arrive already encoded (see `codec`).
+//! Nothing expensive happens here: documents arrive already encoded (see `codec`), and WAL
+//! checkpoints run on a companion thread with its own connection (`checkpointer`), so the
+//! writer never stops to copy pages into the main file.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -98,11 +100,28 @@ impl Writer {
     /// How many requests may wait for the writer before callers wait to enqueue.
     const QUEUE: usize = 8192;
 
-    pub fn start(conn: Connection, max_batch: usize) -> Result<Writer, StoreError> {
+    /// Start the writer on `conn` (auto-checkpoint off) and its checkpointer on `checkpoint`.
+    pub fn start(
+        conn: Connection,
+        checkpoint: Connection,
+        max_batch: usize,
+    ) -> Result<Writer, StoreError> {
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         let (tx, rx) = mpsc::channel(Self::QUEUE);
         let handle = std::thread::Builder::new()
             .name("deadletter-writer".into())
-            .spawn(move || run(conn, rx, max_batch.max(1)))
+            .spawn(move || {
+                let (stop, stopped) = std::sync::mpsc::channel::<()>();
+                let cp = std::thread::Builder::new()
+                    .name("deadletter-checkpoint".into())
+                    .spawn(move || checkpointer(checkpoint, stopped));
+                run(conn, rx, max_batch.max(1));
+                drop(stop);
+                if let Ok(cp) = cp {
+                    let _ = cp.join();
+                }
+                // `conn` is dropped last: closing the final connection checkpoints the WAL.
+            })
             .map_err(|source| StoreError::Io {
                 path: "writer thread".into(),
                 source,
@@ -182,38 +201,93 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Request>, max_batch: usize) 
     tracing::debug!("writer: channel closed, stopping");
 }
 
-/// Apply every request in one transaction. Per-request failures roll back that request's
-/// savepoint only; a failed commit fails them all (none was acknowledged).
+/// Copy committed WAL frames into the main file every `CHECKPOINT_EVERY`, without blocking the
+/// writer (PASSIVE). Should the WAL still grow past `WAL_TRUNCATE_BYTES` (a reader holding an
+/// old snapshot), a TRUNCATE checkpoint waits its turn and shrinks it.
+fn checkpointer(conn: Connection, stopped: std::sync::mpsc::Receiver<()>) {
+    const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+    const WAL_TRUNCATE_BYTES: i64 = 256 << 20;
+    let page_size: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap_or(4096);
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+        stopped.recv_timeout(CHECKPOINT_EVERY)
+    {
+        let wal_frames: Result<i64, _> =
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1));
+        match wal_frames {
+            Ok(frames) if frames * page_size > WAL_TRUNCATE_BYTES => {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %e, "checkpoint (truncate) failed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "checkpoint failed"),
+        }
+    }
+}
+
+/// Apply every request in one transaction, then answer. The fast path runs them back to back;
+/// only when one fails is the transaction rolled back and the batch redone with a savepoint per
+/// request, so a bad request sinks no other (savepoints cost a statement pair and a
+/// sub-journal each, which the common case should not pay). A failed commit fails them all:
+/// none of them was acknowledged.
 fn commit_batch(
     conn: &mut Connection,
     batch: &[Request],
 ) -> Vec<Result<IngestOutcome, StoreError>> {
-    let mut results: Vec<Result<IngestOutcome, StoreError>> = Vec::with_capacity(batch.len());
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(e) => {
-            let e = StoreError::from(e);
-            tracing::error!(error = %e, "writer: cannot begin a transaction");
-            return batch.iter().map(|_| Err(clone_err(&e))).collect();
-        }
-    };
-    let mut tx = tx;
+    match run_batch(conn, batch, false) {
+        Ok(results) => results,
+        Err(BatchFailed::Request) => match run_batch(conn, batch, true) {
+            Ok(results) => results,
+            Err(BatchFailed::Request) => unreachable!("isolated batches report per request"),
+            Err(BatchFailed::Whole(e)) => fail_all(batch, e),
+        },
+        Err(BatchFailed::Whole(e)) => fail_all(batch, e),
+    }
+}
+
+enum BatchFailed {
+    /// A request failed on the fast path: redo the batch with isolation.
+    Request,
+    /// The transaction itself failed: nothing was stored.
+    Whole(StoreError),
+}
+
+fn fail_all(batch: &[Request], e: StoreError) -> Vec<Result<IngestOutcome, StoreError>> {
+    tracing::error!(error = %e, "writer: transaction failed; nothing in this batch was stored");
+    batch.iter().map(|_| Err(clone_err(&e))).collect()
+}
+
+fn run_batch(
+    conn: &mut Connection,
+    batch: &[Request],
+    isolate: bool,
+) -> Result<Vec<Result<IngestOutcome, StoreError>>, BatchFailed> {
+    let mut tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| BatchFailed::Whole(e.into()))?;
+    let mut results = Vec::with_capacity(batch.len());
     for req in batch {
         let Request::Ingest(rec, _) = req;
-        let res = (|| -> Result<IngestOutcome, StoreError> {
-            let sp = tx.savepoint()?;
-            let out = apply_ingest(&sp, rec)?;
-            sp.commit()?;
-            Ok(out)
-        })();
-        results.push(res);
+        if isolate {
+            let res = (|| -> Result<IngestOutcome, StoreError> {
+                let sp = tx.savepoint()?;
+                let out = apply_ingest(&sp, rec)?;
+                sp.commit()?;
+                Ok(out)
+            })();
+            results.push(res);
+        } else {
+            match apply_ingest(&tx, rec) {
+                Ok(out) => results.push(Ok(out)),
+                // Dropping `tx` rolls the whole batch back.
+                Err(_) => return Err(BatchFailed::Request),
+            }
+        }
     }
-    if let Err(e) = tx.commit() {
-        let e = StoreError::from(e);
-        tracing::error!(error = %e, "writer: commit failed; nothing in this batch was stored");
-        return batch.iter().map(|_| Err(clone_err(&e))).collect();
-    }
-    results
+    tx.commit().map_err(|e| BatchFailed::Whole(e.into()))?;
+    Ok(results)
 }
 
 fn clone_err(e: &StoreError) -> StoreError {
