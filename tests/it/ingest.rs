@@ -110,7 +110,7 @@ fn the_error_output_item_comes_back_byte_for_byte() {
     let rec = s.get(&format!("/v1/dead-letters/{id}"));
     assert_eq!(rec.json["payload"], sent["item"]);
     assert_eq!(
-        rec.json["payload_info"]["codec"], "zstd",
+        rec.json["payload_info"]["codec"], "zstd-n8n1",
         "a 2 KB item is compressed"
     );
     assert_eq!(rec.json["payload_info"]["size"], raw.text.len());
