@@ -187,9 +187,7 @@ impl Store {
         })?;
         let path = cfg.db_path();
         let conn = open_writer_conn(&path, cfg.busy_timeout)?;
-        let checkpoint = Connection::open(&path)?;
-        configure(&checkpoint, cfg.busy_timeout)?;
-        let writer = Writer::start(conn, checkpoint, cfg.writer_max_batch)?;
+        let writer = Writer::start(conn, cfg.writer_max_batch)?;
         let readers = ReadPool::open(&path, cfg.busy_timeout)?;
         Ok(Store {
             writer,

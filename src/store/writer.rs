@@ -7,9 +7,10 @@
 //! While it is in fsync, new requests queue up and form the next batch: that is how ingest
 //! gets far past one fsync per request.
 //!
-//! Nothing expensive happens here: documents arrive already encoded (see `codec`), and WAL
-//! checkpoints run on a companion thread with its own connection (`checkpointer`), so the
-//! writer never stops to copy pages into the main file.
+//! Nothing expensive happens here: documents arrive already encoded (see `codec`). WAL
+//! checkpoints stay on this thread (SQLite's auto-checkpoint every 1000 pages): measured, a
+//! separate checkpointer thread was slower, because under steady load the WAL could never be
+//! reset and kept growing into freshly allocated file blocks.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -100,28 +101,12 @@ impl Writer {
     /// How many requests may wait for the writer before callers wait to enqueue.
     const QUEUE: usize = 8192;
 
-    /// Start the writer on `conn` (auto-checkpoint off) and its checkpointer on `checkpoint`.
-    pub fn start(
-        conn: Connection,
-        checkpoint: Connection,
-        max_batch: usize,
-    ) -> Result<Writer, StoreError> {
-        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    /// Start the writer thread on `conn`.
+    pub fn start(conn: Connection, max_batch: usize) -> Result<Writer, StoreError> {
         let (tx, rx) = mpsc::channel(Self::QUEUE);
         let handle = std::thread::Builder::new()
             .name("deadletter-writer".into())
-            .spawn(move || {
-                let (stop, stopped) = std::sync::mpsc::channel::<()>();
-                let cp = std::thread::Builder::new()
-                    .name("deadletter-checkpoint".into())
-                    .spawn(move || checkpointer(checkpoint, stopped));
-                run(conn, rx, max_batch.max(1));
-                drop(stop);
-                if let Ok(cp) = cp {
-                    let _ = cp.join();
-                }
-                // `conn` is dropped last: closing the final connection checkpoints the WAL.
-            })
+            .spawn(move || run(conn, rx, max_batch.max(1)))
             .map_err(|source| StoreError::Io {
                 path: "writer thread".into(),
                 source,
@@ -199,32 +184,6 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Request>, max_batch: usize) 
         }
     }
     tracing::debug!("writer: channel closed, stopping");
-}
-
-/// Copy committed WAL frames into the main file every `CHECKPOINT_EVERY`, without blocking the
-/// writer (PASSIVE). Should the WAL still grow past `WAL_TRUNCATE_BYTES` (a reader holding an
-/// old snapshot), a TRUNCATE checkpoint waits its turn and shrinks it.
-fn checkpointer(conn: Connection, stopped: std::sync::mpsc::Receiver<()>) {
-    const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
-    const WAL_TRUNCATE_BYTES: i64 = 256 << 20;
-    let page_size: i64 = conn
-        .query_row("PRAGMA page_size", [], |r| r.get(0))
-        .unwrap_or(4096);
-    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-        stopped.recv_timeout(CHECKPOINT_EVERY)
-    {
-        let wal_frames: Result<i64, _> =
-            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1));
-        match wal_frames {
-            Ok(frames) if frames * page_size > WAL_TRUNCATE_BYTES => {
-                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
-                    tracing::warn!(error = %e, "checkpoint (truncate) failed");
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "checkpoint failed"),
-        }
-    }
 }
 
 /// Apply every request in one transaction, then answer. The fast path runs them back to back;
