@@ -305,7 +305,15 @@ fn raw_sqlite(dir: &Path, rows: &[Vec<u8>]) -> Stats {
         let d = t.elapsed();
         lat.extend(std::iter::repeat_n(d, chunk.len()));
     }
-    stats(rows.len(), started.elapsed(), lat, 0)
+    let st = stats(rows.len(), started.elapsed(), lat, 0);
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    let size = std::fs::metadata(dir.join("raw.db")).unwrap().len();
+    println!(
+        "        (c) file: {:.0} bytes per row",
+        size as f64 / rows.len() as f64
+    );
+    st
 }
 
 fn median(v: &mut [f64]) -> f64 {
