@@ -321,4 +321,56 @@ mod tests {
             .contains("dropped"));
         assert_eq!(h["x-h-0"], json!("v".repeat(40)));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn doc() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<u32>().prop_map(Value::from),
+                "[a-zA-Z0-9 =&?:/@.-]{0,16}".prop_map(Value::from),
+            ];
+            let key = prop_oneof![
+                "[a-z]{1,6}",
+                Just("Authorization".to_string()),
+                Just("x-api-key".to_string()),
+                Just("password".to_string()),
+                Just("name".to_string()),
+                Just("value".to_string()),
+            ];
+            leaf.prop_recursive(4, 48, 6, move |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                    proptest::collection::vec((key.clone(), inner), 0..5)
+                        .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn no_secret_left(r: &Redactor, v: &Value) -> bool {
+            match v {
+                Value::Object(m) => m.iter().all(|(k, v)| {
+                    (!r.is_sensitive_key(k) || !is_secret_bearing(v) || v == REDACTED)
+                        && no_secret_left(r, v)
+                }),
+                Value::Array(a) => a.iter().all(|v| no_secret_left(r, v)),
+                _ => true,
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn redaction_leaves_no_value_under_a_secret_key_and_is_idempotent(mut v in doc()) {
+                let r = redactor();
+                r.redact_value(&mut v);
+                prop_assert!(no_secret_left(&r, &v), "{v}");
+                let once = v.clone();
+                prop_assert!(!r.redact_value(&mut v), "a second pass changed {once}");
+                prop_assert_eq!(v, once);
+            }
+        }
+    }
 }

@@ -196,10 +196,11 @@ struct RawEnvelope<'a> {
     node: Option<String>,
     #[serde(default)]
     node_type: Option<String>,
+    // Read as plain JSON and checked by hand: a derived struct would also accept an array.
     #[serde(default)]
-    workflow: Option<WorkflowRef>,
+    workflow: Option<Value>,
     #[serde(default)]
-    execution: Option<ExecutionRef>,
+    execution: Option<Value>,
     #[serde(default)]
     partition: Option<String>,
     #[serde(default)]
@@ -222,43 +223,21 @@ struct RawEnvelope<'a> {
     http_status: Option<u16>,
 }
 
-#[derive(Deserialize)]
-struct WorkflowRef {
-    #[serde(default)]
-    id: Option<IdValue>,
-    #[serde(default)]
-    name: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct ExecutionRef {
-    #[serde(default)]
-    id: Option<IdValue>,
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default)]
-    url: Option<String>,
-}
-
-/// n8n ids are strings, but some producers send numbers; both mean the same id.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum IdValue {
-    Text(String),
-    Number(serde_json::Number),
-}
-
-impl IdValue {
-    fn into_string(self) -> String {
-        match self {
-            IdValue::Text(s) => s,
-            IdValue::Number(n) => n.to_string(),
-        }
-    }
-}
-
 /// Parse one generic envelope (`POST /v1/dead-letters`, or one element of a batch).
 pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
+    // serde would happily read a struct from a JSON array (by position): refuse anything but an
+    // object, telling "not JSON" (400) from "JSON, but not an object" (422).
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Err(e) if too_deep(&e) => depth_error("$"),
+                Err(e) => InputError::Syntax(e.to_string()),
+                Ok(_) => {
+                    InputError::field("$", "expected a JSON object with `payload` (or `item`)")
+                }
+            },
+        );
+    }
     // Syntax first, so that "not JSON" (400) and "JSON of the wrong shape" (422) stay apart.
     let de = &mut serde_json::Deserializer::from_slice(body);
     let raw: RawEnvelope<'_> = match serde_path_to_error::deserialize(de) {
@@ -267,7 +246,9 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
             let path = e.path().to_string();
             let inner = e.into_inner();
             if too_deep(&inner) {
-                return Err(depth_error(if path == "." { "$" } else { &path }));
+                // Name the top-level field only: the full path is 128 segments long.
+                let top = path.split(['.', '[']).next().filter(|p| !p.is_empty());
+                return Err(depth_error(top.unwrap_or("$")));
             }
             return Err(if inner.is_syntax() || inner.is_eof() || path == "." {
                 if inner.is_data() {
@@ -291,7 +272,7 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
         (None, Some(i)) => i,
         (None, None) => return Err(InputError::field(
             "payload",
-            "missing: the failing item, as `payload` (or `item`, as n8n's error output sends it)",
+            "missing or null: the failing item, as `payload` (or `item`, as n8n's error output sends it)",
         )),
     };
     let payload: Value = serde_json::from_str(raw_item.get()).map_err(|e| {
@@ -327,14 +308,17 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
     out.business_object_type = key("business_object_type", raw.business_object_type)?;
     out.business_object_id = key("business_object_id", raw.business_object_id)?;
     out.replay_url = raw.replay_url.map(|u| parse_replay_url(&u)).transpose()?;
-    if let Some(w) = raw.workflow {
-        out.workflow_id = w.id.map(IdValue::into_string);
-        out.workflow_name = w.name;
+    let mut refs = Map::new();
+    for (key, v) in [("workflow", raw.workflow), ("execution", raw.execution)] {
+        if let Some(v) = v {
+            refs.insert(key.to_owned(), v);
+        }
     }
-    if let Some(x) = raw.execution {
-        out.execution_id = x.id.map(IdValue::into_string);
-        out.execution_mode = x.mode;
-        out.execution_url = x.url;
+    read_workflow(&refs, &mut out)?;
+    if let Some(x) = opt_object(&refs, "execution", "execution")? {
+        out.execution_id = opt_id(x, "id", "execution.id")?;
+        out.execution_mode = opt_string(x, "mode", "execution.mode")?;
+        out.execution_url = opt_string(x, "url", "execution.url")?;
     }
     out.node_name = raw.node;
     out.node_type = raw.node_type;
@@ -653,6 +637,14 @@ mod tests {
         );
         let e = parse_envelope(b"[]").unwrap_err();
         assert!(matches!(e, InputError::Field { .. }), "{e}");
+        // A struct must not be read from an array by position.
+        let e = parse_envelope(br#"[{"a":1}]"#).unwrap_err();
+        assert!(
+            matches!(e, InputError::Field { ref path, .. } if path == "$"),
+            "{e}"
+        );
+        let e = parse_envelope(b"[1,").unwrap_err();
+        assert!(matches!(e, InputError::Syntax(_)), "{e}");
         let e = parse_envelope(b"{\"payload\":").unwrap_err();
         assert!(matches!(e, InputError::Syntax(_)), "{e}");
     }
@@ -682,5 +674,71 @@ mod tests {
         assert_eq!(p.dedup_key().as_deref(), Some("ext:e"));
         let p = parse_envelope(br#"{"payload":1}"#).unwrap();
         assert_eq!(p.dedup_key(), None);
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        pub fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                "[a-zA-Z0-9 _:/.-]{0,12}".prop_map(Value::from),
+            ];
+            leaf.prop_recursive(4, 40, 6, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    proptest::collection::vec(
+                        (
+                            prop_oneof![
+                                "[a-z]{1,8}",
+                                Just("error".to_string()),
+                                Just("execution".to_string()),
+                                Just("workflow".to_string()),
+                                Just("payload".to_string()),
+                                Just("id".to_string()),
+                                Just("httpCode".to_string()),
+                                Just("partition".to_string())
+                            ],
+                            inner
+                        ),
+                        0..6
+                    )
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn parsers_never_panic_on_bytes(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+                let _ = parse_error_trigger(&body);
+                let _ = parse_envelope(&body);
+            }
+
+            #[test]
+            fn parsers_answer_every_json_document(v in json_value()) {
+                let body = v.to_string();
+                for r in [parse_error_trigger(body.as_bytes()), parse_envelope(body.as_bytes())] {
+                    match r {
+                        Ok(_) => {}
+                        // Valid JSON is never a syntax error: it is accepted or named by field.
+                        Err(InputError::Field { path, message }) => {
+                            prop_assert!(!path.is_empty() && !message.is_empty());
+                        }
+                        Err(e @ InputError::Syntax(_)) => prop_assert!(false, "{e} for {body}"),
+                    }
+                }
+            }
+
+            #[test]
+            fn an_envelope_payload_reads_back_as_posted(v in json_value().prop_filter("null is no item", |v| !v.is_null())) {
+                let body = serde_json::json!({"payload": v}).to_string();
+                let p = parse_envelope(body.as_bytes()).unwrap();
+                prop_assert_eq!(p.payload.unwrap(), v);
+            }
+        }
     }
 }
