@@ -149,11 +149,11 @@ impl Ingestor {
         let text = |t: Option<ShortText>| t.map(ShortText::into_string);
         NewRecord {
             partition: partition.as_str().to_owned(),
-            source: f.source().as_str(),
+            source: f.source(),
             status: Status::New,
-            failure_class: verdict.class.as_str(),
+            failure_class: verdict.class,
             class_rule: verdict.rule,
-            fingerprint: fp.as_i64(),
+            fingerprint: fp,
             dedup_key,
             at_ms: now_ms,
             actor: ctx.actor.clone(),
@@ -219,7 +219,7 @@ mod tests {
         let r = ingestor()
             .prepare(Source::ErrorTrigger, &body, &ctx(), 1)
             .unwrap();
-        assert_eq!(r.failure_class, "transient");
+        assert_eq!(r.failure_class, crate::model::FailureClass::Transient);
         assert_eq!(r.class_rule, "transient-status");
         assert_eq!(r.partition, "default");
         assert!(r.payload.is_none());

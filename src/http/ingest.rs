@@ -12,7 +12,9 @@ use serde_json::json;
 
 use super::{ApiError, AppState};
 use crate::ingest::{Ingestor, RequestContext};
-use crate::model::{InputError, Partition, ShortText, Source, MAX_KEY_BYTES};
+use crate::model::{
+    FailureClass, Fingerprint, InputError, Partition, ShortText, Source, MAX_KEY_BYTES,
+};
 use crate::store::{IngestOutcome, NewRecord};
 
 /// Bodies above this are prepared on a blocking thread rather than the async runtime.
@@ -64,7 +66,7 @@ async fn ingest_one(
     tracing::info!(
         id = outcome.id.get(),
         source = source.as_str(),
-        class = summary.class,
+        class = summary.class.as_str(),
         deduplicated = !outcome.created,
         "ingested"
     );
@@ -73,38 +75,38 @@ async fn ingest_one(
 
 /// What the answer says about a new record beyond the writer's outcome.
 struct Created {
-    class: &'static str,
-    fingerprint: String,
+    class: FailureClass,
+    fingerprint: Fingerprint,
 }
 
 impl Created {
     fn of(rec: &NewRecord) -> Created {
         Created {
             class: rec.failure_class,
-            fingerprint: crate::model::Fingerprint::from_i64(rec.fingerprint).to_string(),
+            fingerprint: rec.fingerprint,
         }
     }
 }
 
-fn answer(o: &IngestOutcome, c: &Created) -> Response {
+/// One ingest result, as the single endpoints answer it and each batch result carries it.
+fn outcome_json(o: &IngestOutcome, c: &Created) -> serde_json::Value {
+    let mut v = json!({
+        "id": o.id, "status": o.status, "deduplicated": !o.created, "occurrences": o.occurrences,
+    });
     if o.created {
-        (
-            StatusCode::CREATED,
-            Json(json!({
-                "id": o.id, "status": o.status, "deduplicated": false, "occurrences": o.occurrences,
-                "failure_class": c.class, "fingerprint": c.fingerprint,
-            })),
-        )
-            .into_response()
-    } else {
-        (
-            StatusCode::OK,
-            Json(json!({
-                "id": o.id, "status": o.status, "deduplicated": true, "occurrences": o.occurrences,
-            })),
-        )
-            .into_response()
+        v["failure_class"] = json!(c.class);
+        v["fingerprint"] = json!(c.fingerprint);
     }
+    v
+}
+
+fn answer(o: &IngestOutcome, c: &Created) -> Response {
+    let status = if o.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(outcome_json(o, c))).into_response()
 }
 
 pub async fn batch(
@@ -161,15 +163,17 @@ pub async fn batch(
             o.map(|o| (summary, o)).map_err(ApiError::from)
         });
         results.push(match outcome {
-            Ok((summary, o)) if o.created => {
-                created += 1;
-                json!({"index": index, "result": "created", "id": o.id, "status": o.status,
-                       "failure_class": summary.class, "fingerprint": summary.fingerprint})
-            }
-            Ok((_, o)) => {
-                deduplicated += 1;
-                json!({"index": index, "result": "deduplicated", "id": o.id, "status": o.status,
-                       "occurrences": o.occurrences})
+            Ok((summary, o)) => {
+                let mut v = outcome_json(&o, &summary);
+                v["index"] = json!(index);
+                v["result"] = if o.created {
+                    created += 1;
+                    json!("created")
+                } else {
+                    deduplicated += 1;
+                    json!("deduplicated")
+                };
+                v
             }
             Err(e) => {
                 rejected += 1;

@@ -21,17 +21,17 @@ use tokio::sync::{mpsc, oneshot};
 use super::codec::Encoded;
 use super::schema::CLOSED_SQL;
 use super::StoreError;
-use crate::model::{EventKind, RecordId, Status};
+use crate::model::{EventKind, FailureClass, Fingerprint, RecordId, Source, Status};
 
 /// One failure ready to store: parsed, redacted, classified, its documents encoded.
 #[derive(Debug, Clone)]
 pub struct NewRecord {
     pub partition: String,
-    pub source: &'static str,
+    pub source: Source,
     pub status: Status,
-    pub failure_class: &'static str,
+    pub failure_class: FailureClass,
     pub class_rule: String,
-    pub fingerprint: i64,
+    pub fingerprint: Fingerprint,
     pub dedup_key: Option<[u8; 16]>,
     pub at_ms: i64,
     pub actor: String,
@@ -297,10 +297,10 @@ fn apply_ingest(conn: &Connection, r: &NewRecord) -> Result<IngestOutcome, Store
     .execute(params![
         r.partition,
         r.status.as_str(),
-        r.source,
-        r.failure_class,
+        r.source.as_str(),
+        r.failure_class.as_str(),
         r.class_rule,
-        r.fingerprint,
+        r.fingerprint.as_i64(),
         r.dedup_key.as_ref().map(|k| &k[..]),
         r.at_ms,
         r.workflow_id,
