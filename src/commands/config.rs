@@ -1,17 +1,14 @@
 //! `deadletter config init [PATH]` and `deadletter config check FILE`.
 
-use std::io::Write;
-
 use anyhow::{bail, Context};
 
+use super::emit;
 use crate::cli::ConfigCommand;
 use crate::config::{Config, EXAMPLE};
 
 pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
     match cmd {
-        ConfigCommand::Init { path: None, .. } => {
-            std::io::stdout().write_all(EXAMPLE.as_bytes())?;
-        }
+        ConfigCommand::Init { path: None, .. } => emit(EXAMPLE)?,
         ConfigCommand::Init {
             path: Some(path),
             force,
@@ -25,16 +22,16 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
             }
             std::fs::write(&path, EXAMPLE)
                 .with_context(|| format!("writing {}", path.display()))?;
-            println!("wrote {}", path.display());
+            emit(&format!("wrote {}\n", path.display()))?;
         }
         ConfigCommand::Check { path } => {
             let c = Config::load(&path)?;
-            println!(
-                "{} is valid: listen {}, data in {}",
+            emit(&format!(
+                "{} is valid: listen {}, data in {}\n",
                 path.display(),
                 c.server.listen,
                 c.storage.data_dir.display()
-            );
+            ))?;
         }
     }
     Ok(())

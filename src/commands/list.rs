@@ -2,7 +2,7 @@
 
 use anyhow::anyhow;
 
-use super::{ago, clip, open_readers};
+use super::{ago, clip, emit, open_readers};
 use crate::cli::ListArgs;
 use crate::config::Config;
 use crate::model::{parse_timestamp, FailureClass, Fingerprint, RecordId, Status};
@@ -61,11 +61,10 @@ pub fn run(config: &Config, args: ListArgs) -> anyhow::Result<()> {
     let readers = open_readers(config)?;
     let page = readers.list(&filter)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&page)?);
+        emit(&(serde_json::to_string_pretty(&page)? + "\n"))
     } else {
-        print!("{}", table(&page, chrono::Utc::now()));
+        emit(&table(&page, chrono::Utc::now()))
     }
-    Ok(())
 }
 
 fn table(page: &ListPage, now: chrono::DateTime<chrono::Utc>) -> String {

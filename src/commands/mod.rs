@@ -36,8 +36,18 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 /// A reader on the database (the CLI reads directly; it works with or without the server).
 pub fn open_readers(config: &Config) -> anyhow::Result<ReadPool> {
     let path: PathBuf = config.storage.db_path();
-    ReadPool::open(&path, config.storage.busy_timeout)
-        .with_context(|| format!("opening {}", path.display()))
+    ReadPool::open(&path, config.storage.busy_timeout).context("opening the database")
+}
+
+/// Write to standard output. A closed pipe (`deadletter list | head`) ends the output quietly
+/// instead of panicking like `print!` would.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 /// "3m ago", "2h ago", "5d ago".

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{ago, open_readers};
+use super::{ago, emit, open_readers};
 use crate::cli::ShowArgs;
 use crate::config::Config;
 use crate::model::RecordId;
@@ -13,11 +13,10 @@ pub fn run(config: &Config, args: ShowArgs) -> anyhow::Result<()> {
     let readers = open_readers(config)?;
     let rec = readers.get(id.get())?;
     if args.json {
-        println!("{}", String::from_utf8_lossy(&rec.to_json()?));
+        emit(&(String::from_utf8_lossy(&rec.to_json()?).into_owned() + "\n"))
     } else {
-        print!("{}", render(&rec, chrono::Utc::now()));
+        emit(&render(&rec, chrono::Utc::now()))
     }
-    Ok(())
 }
 
 fn pretty(json: &str) -> String {
@@ -112,12 +111,26 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
         None => out.push_str("\npayload: none (an Error Trigger record carries only the error)\n"),
     }
     if let Some(e) = &rec.error {
-        let _ = writeln!(
-            out,
-            "\nerror object ({} bytes):\n{}",
-            e.size,
-            pretty(&e.json)
-        );
+        // n8n's error output puts the error inside the item: say so rather than print it twice.
+        let doc = |json: &str| serde_json::from_str::<serde_json::Value>(json).ok();
+        let inside_payload = rec
+            .payload
+            .as_ref()
+            .and_then(|p| doc(&p.json))
+            .is_some_and(|p| {
+                p.get("error")
+                    .is_some_and(|pe| Some(pe) == doc(&e.json).as_ref())
+            });
+        if inside_payload {
+            out.push_str("\nerror object: the payload's `error`, above\n");
+        } else {
+            let _ = writeln!(
+                out,
+                "\nerror object ({} bytes):\n{}",
+                e.size,
+                pretty(&e.json)
+            );
+        }
     }
     out.push_str("\nevents:\n");
     for e in &rec.events {
