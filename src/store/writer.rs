@@ -16,7 +16,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::codec::Encoded;
 use super::schema::CLOSED_SQL;
@@ -70,16 +73,21 @@ pub struct IngestOutcome {
 }
 
 enum Request {
-    Ingest(
-        Box<NewRecord>,
-        oneshot::Sender<Result<IngestOutcome, StoreError>>,
-    ),
+    Ingest {
+        rec: Box<NewRecord>,
+        reply: oneshot::Sender<Result<IngestOutcome, StoreError>>,
+        /// A place in the queue, given back when the request is answered (backpressure).
+        _slot: OwnedSemaphorePermit,
+    },
 }
 
 /// A cheap, cloneable handle to the writer thread.
 #[derive(Clone)]
 pub struct Writer {
-    tx: mpsc::Sender<Request>,
+    tx: std::sync::mpsc::Sender<Request>,
+    /// At most `QUEUE` requests wait for the writer; callers beyond that wait (asynchronously)
+    /// for a slot. Closed when the writer stops.
+    slots: Arc<Semaphore>,
     _thread: Arc<JoinOnDrop>,
 }
 
@@ -103,28 +111,53 @@ impl Writer {
 
     /// Start the writer thread on `conn`.
     pub fn start(conn: Connection, max_batch: usize) -> Result<Writer, StoreError> {
-        let (tx, rx) = mpsc::channel(Self::QUEUE);
+        // A std channel, not tokio's: the writer needs `recv_timeout` with sub-millisecond
+        // precision to linger for a batch (tokio's timer ticks in milliseconds).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let slots = Arc::new(Semaphore::new(Self::QUEUE));
+        let closing = slots.clone();
         let handle = std::thread::Builder::new()
             .name("deadletter-writer".into())
-            .spawn(move || run(conn, rx, max_batch.max(1)))
+            .spawn(move || {
+                run(conn, rx, max_batch.max(1));
+                closing.close();
+            })
             .map_err(|source| StoreError::Io {
                 path: "writer thread".into(),
                 source,
             })?;
         Ok(Writer {
             tx,
+            slots,
             _thread: Arc::new(JoinOnDrop(std::sync::Mutex::new(Some(handle)))),
         })
     }
 
-    /// Store one failure; resolves once it is committed.
-    pub async fn ingest(&self, rec: NewRecord) -> Result<IngestOutcome, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Request::Ingest(Box::new(rec), tx))
+    async fn enqueue(
+        &self,
+        rec: NewRecord,
+    ) -> Result<oneshot::Receiver<Result<IngestOutcome, StoreError>>, StoreError> {
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Request::Ingest {
+                rec: Box::new(rec),
+                reply,
+                _slot: slot,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        Ok(answer)
+    }
+
+    /// Store one failure; resolves once it is committed.
+    pub async fn ingest(&self, rec: NewRecord) -> Result<IngestOutcome, StoreError> {
+        let answer = self.enqueue(rec).await?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
     /// Store several failures in order (they usually share one commit); one result each.
@@ -134,50 +167,77 @@ impl Writer {
     ) -> Vec<Result<IngestOutcome, StoreError>> {
         let mut waiting = Vec::with_capacity(recs.len());
         for rec in recs {
-            let (tx, rx) = oneshot::channel();
-            let sent = self
-                .tx
-                .send(Request::Ingest(Box::new(rec), tx))
-                .await
-                .is_ok();
-            waiting.push(sent.then_some(rx));
+            waiting.push(self.enqueue(rec).await);
         }
         let mut out = Vec::with_capacity(waiting.len());
-        for rx in waiting {
-            out.push(match rx {
-                Some(rx) => rx.await.unwrap_or(Err(StoreError::WriterGone)),
-                None => Err(StoreError::WriterGone),
+        for w in waiting {
+            out.push(match w {
+                Ok(answer) => answer.await.unwrap_or(Err(StoreError::WriterGone)),
+                Err(e) => Err(e),
             });
         }
         out
     }
 
     pub fn is_alive(&self) -> bool {
-        !self.tx.is_closed()
+        !self.slots.is_closed()
     }
 }
 
-fn run(mut conn: Connection, mut rx: mpsc::Receiver<Request>, max_batch: usize) {
+/// The longest the writer waits for more requests before committing what it has.
+const MAX_LINGER: Duration = Duration::from_millis(2);
+
+fn drain(rx: &Receiver<Request>, batch: &mut Vec<Request>, max: usize) {
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(r) => batch.push(r),
+            Err(_) => break,
+        }
+    }
+}
+
+/// The writer loop. After the first request it takes everything already waiting; then, if the
+/// previous commit answered more callers than are back yet, it lingers — at most half the
+/// previous commit's duration, never over `MAX_LINGER` — because those callers are likely
+/// sending again, and one fsync should serve them all. Without this, batches alternate between
+/// the few requests that made it before the writer woke and the many that arrived during the
+/// following commit (measured: ~15 per commit at 32 connections on a 4 ms-fsync disk).
+fn run(mut conn: Connection, rx: Receiver<Request>, max_batch: usize) {
     let mut batch = Vec::with_capacity(max_batch);
-    while let Some(first) = rx.blocking_recv() {
+    let mut expected = 1;
+    let mut last_commit = Duration::ZERO;
+    while let Ok(first) = rx.recv() {
         batch.push(first);
-        while batch.len() < max_batch {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
+        drain(&rx, &mut batch, max_batch);
+        let want = expected.min(max_batch);
+        if batch.len() < want {
+            let deadline = Instant::now() + (last_commit / 2).min(MAX_LINGER);
+            while batch.len() < want {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match rx.recv_timeout(left) {
+                    Ok(r) => {
+                        batch.push(r);
+                        drain(&rx, &mut batch, max_batch);
+                    }
+                    Err(_) => break,
+                }
             }
         }
-        let started = std::time::Instant::now();
-        let n = batch.len();
+        let started = Instant::now();
         let results = commit_batch(&mut conn, &batch);
+        last_commit = started.elapsed();
+        expected = batch.len();
         tracing::trace!(
-            batch = n,
-            micros = started.elapsed().as_micros() as u64,
+            batch = batch.len(),
+            micros = last_commit.as_micros() as u64,
             "group commit"
         );
         for (req, res) in batch.drain(..).zip(results) {
             match req {
-                Request::Ingest(_, reply) => {
+                Request::Ingest { reply, .. } => {
                     let _ = reply.send(res);
                 }
             }
@@ -228,7 +288,7 @@ fn run_batch(
         .map_err(|e| BatchFailed::Whole(e.into()))?;
     let mut results = Vec::with_capacity(batch.len());
     for req in batch {
-        let Request::Ingest(rec, _) = req;
+        let Request::Ingest { rec, .. } = req;
         if isolate {
             let res = (|| -> Result<IngestOutcome, StoreError> {
                 let sp = tx.savepoint()?;
