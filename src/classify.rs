@@ -181,10 +181,13 @@ impl Rules {
 
     pub fn classify(&self, f: &ParsedFailure) -> Verdict {
         let text = f.error_text();
-        let code = f.error_code.as_deref().map(str::to_ascii_uppercase);
+        let code = f.facts.error_code.as_deref().map(str::to_ascii_uppercase);
         for r in &self.rules {
             if !r.http_status.is_empty()
-                && !f.http_status.is_some_and(|s| r.http_status.contains(&s))
+                && !f
+                    .facts
+                    .http_status
+                    .is_some_and(|s| r.http_status.contains(&s))
             {
                 continue;
             }
@@ -198,13 +201,21 @@ impl Rules {
                 }
             }
             if let Some(re) = &r.node_type {
-                if !f.node_type.as_deref().is_some_and(|t| re.is_match(t)) {
+                if !f.facts.node_type.as_deref().is_some_and(|t| re.is_match(t)) {
                     continue;
                 }
             }
             if let Some(re) = &r.workflow {
-                let id = f.workflow_id.as_deref().is_some_and(|t| re.is_match(t));
-                let name = f.workflow_name.as_deref().is_some_and(|t| re.is_match(t));
+                let id = f
+                    .facts
+                    .workflow_id
+                    .as_deref()
+                    .is_some_and(|t| re.is_match(t));
+                let name = f
+                    .facts
+                    .workflow_name
+                    .as_deref()
+                    .is_some_and(|t| re.is_match(t));
                 if !(id || name) {
                     continue;
                 }
@@ -267,9 +278,9 @@ pub fn fingerprint(class: FailureClass, f: &ParsedFailure) -> Fingerprint {
     let mut h = Sha256::new();
     for part in [
         class.as_str(),
-        f.workflow_id.as_deref().unwrap_or(""),
-        f.node_name.as_deref().unwrap_or(""),
-        &mask_message(f.error_message.as_deref().unwrap_or("")),
+        f.facts.workflow_id.as_deref().unwrap_or(""),
+        f.facts.node_name.as_deref().unwrap_or(""),
+        &mask_message(f.facts.error_message.as_deref().unwrap_or("")),
     ] {
         h.update(part.as_bytes());
         h.update([0x1f]);
@@ -287,9 +298,12 @@ mod tests {
 
     fn failure(status: Option<u16>, code: Option<&str>, msg: &str) -> ParsedFailure {
         ParsedFailure {
-            http_status: status,
-            error_code: code.map(str::to_owned),
-            error_message: Some(msg.to_owned()),
+            facts: crate::model::FailureFacts {
+                http_status: status,
+                error_code: code.map(str::to_owned),
+                error_message: Some(msg.to_owned()),
+                ..Default::default()
+            },
             ..ParsedFailure::default()
         }
     }
@@ -341,9 +355,9 @@ mod tests {
         };
         let r = Rules::build(vec![("classify.rules[0]".into(), spec)], true).unwrap();
         let mut f = failure(Some(500), None, "Order cancelled");
-        f.workflow_name = Some("Billing sync".into());
+        f.facts.workflow_name = Some("Billing sync".into());
         assert_eq!(r.classify(&f).rule, "billing-cancel");
-        f.workflow_name = Some("Shop".into());
+        f.facts.workflow_name = Some("Shop".into());
         assert_eq!(r.classify(&f).class, FailureClass::Transient);
     }
 
@@ -372,13 +386,13 @@ mod tests {
     #[test]
     fn fingerprints_differ_by_class_workflow_and_node() {
         let mut a = failure(Some(500), None, "order 1 failed");
-        a.workflow_id = Some("w1".into());
+        a.facts.workflow_id = Some("w1".into());
         let mut b = failure(Some(500), None, "order 2 failed");
-        b.workflow_id = Some("w1".into());
+        b.facts.workflow_id = Some("w1".into());
         let fa = fingerprint(FailureClass::Transient, &a);
         assert_eq!(fa, fingerprint(FailureClass::Transient, &b));
         assert_ne!(fa, fingerprint(FailureClass::Unknown, &b));
-        b.node_name = Some("Other".into());
+        b.facts.node_name = Some("Other".into());
         assert_ne!(fa, fingerprint(FailureClass::Transient, &b));
     }
 }

@@ -63,8 +63,8 @@ impl Ingestor {
         if f.partition.is_none() {
             f.partition = ctx.partition.clone();
         }
-        if f.idempotency_key.is_none() {
-            f.idempotency_key = ctx.idempotency_key.clone();
+        if f.facts.idempotency_key.is_none() {
+            f.facts.idempotency_key = ctx.idempotency_key.clone().map(ShortText::into_string);
         }
         Ok(self.finish(f, body, ctx, now_ms))
     }
@@ -98,10 +98,10 @@ impl Ingestor {
             None => false,
         };
         for s in [
-            &mut f.error_message,
+            &mut f.facts.error_message,
             &mut f.error_description,
-            &mut f.execution_url,
-            &mut f.replay_url,
+            &mut f.facts.execution_url,
+            &mut f.facts.replay_url,
         ]
         .into_iter()
         .flatten()
@@ -146,7 +146,6 @@ impl Ingestor {
             )
         });
 
-        let text = |t: Option<ShortText>| t.map(ShortText::into_string);
         NewRecord {
             partition: partition.as_str().to_owned(),
             source: f.source(),
@@ -157,26 +156,7 @@ impl Ingestor {
             dedup_key,
             at_ms: now_ms,
             actor: ctx.actor.clone(),
-            workflow_id: f.workflow_id,
-            workflow_name: f.workflow_name,
-            execution_id: f.execution_id,
-            execution_url: f.execution_url,
-            execution_mode: f.execution_mode,
-            retry_of: f.retry_of,
-            node_name: f.node_name,
-            node_type: f.node_type,
-            http_status: f.http_status,
-            error_code: f.error_code,
-            error_name: f.error_name,
-            error_message: f.error_message,
-            idempotency_key: text(f.idempotency_key),
-            external_event_id: text(f.external_event_id),
-            correlation_id: text(f.correlation_id),
-            tenant_id: text(f.tenant_id),
-            contract_version: text(f.contract_version),
-            business_object_type: text(f.business_object_type),
-            business_object_id: text(f.business_object_id),
-            replay_url: f.replay_url,
+            facts: f.facts,
             payload,
             error,
         }
@@ -236,7 +216,7 @@ mod tests {
             .prepare(Source::Envelope, br#"{"payload":{"a":1}}"#, &c, 1)
             .unwrap();
         assert_eq!(r.partition, "billing");
-        assert_eq!(r.idempotency_key.as_deref(), Some("hdr-key"));
+        assert_eq!(r.facts.idempotency_key.as_deref(), Some("hdr-key"));
         let r = i
             .prepare(
                 Source::Envelope,
@@ -246,38 +226,20 @@ mod tests {
             )
             .unwrap();
         assert_eq!(r.partition, "own");
-        assert_eq!(r.idempotency_key.as_deref(), Some("body-key"));
+        assert_eq!(r.facts.idempotency_key.as_deref(), Some("body-key"));
     }
 
     #[test]
     fn identical_bodies_without_identity_share_a_dedup_key() {
         let i = ingestor();
-        let a = i
-            .prepare(
-                Source::Envelope,
-                br#"{"payload":{"orderId":"R-1"}}"#,
-                &ctx(),
-                1,
-            )
-            .unwrap();
-        let b = i
-            .prepare(
-                Source::Envelope,
-                br#"{"payload":{"orderId":"R-1"}}"#,
-                &ctx(),
-                2,
-            )
-            .unwrap();
-        let c = i
-            .prepare(
-                Source::Envelope,
-                br#"{"payload":{"orderId":"R-2"}}"#,
-                &ctx(),
-                2,
-            )
-            .unwrap();
-        assert_eq!(a.dedup_key, b.dedup_key);
-        assert_ne!(a.dedup_key, c.dedup_key);
+        let key = |body: &str| {
+            i.prepare(Source::Envelope, body.as_bytes(), &ctx(), 1)
+                .unwrap()
+                .dedup_key
+        };
+        let a = key(r#"{"payload":{"orderId":"R-1"}}"#);
+        assert_eq!(a, key(r#"{"payload":{"orderId":"R-1"}}"#));
+        assert_ne!(a, key(r#"{"payload":{"orderId":"R-2"}}"#));
     }
 
     #[test]

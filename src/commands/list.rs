@@ -92,17 +92,22 @@ fn table(page: &ListPage, now: chrono::DateTime<chrono::Utc>) -> String {
                 r.failure_class.clone(),
                 r.partition.clone(),
                 clip(
-                    r.workflow_name
+                    r.facts
+                        .workflow_name
                         .as_deref()
-                        .or(r.workflow_id.as_deref())
+                        .or(r.facts.workflow_id.as_deref())
                         .unwrap_or("-"),
                     28,
                 ),
-                clip(r.node_name.as_deref().unwrap_or("-"), 20),
+                clip(r.facts.node_name.as_deref().unwrap_or("-"), 20),
                 ago(r.last_seen_at, now),
                 r.occurrences.to_string(),
                 clip(
-                    &match (r.http_status, &r.error_code, &r.error_message) {
+                    &match (
+                        r.facts.http_status,
+                        &r.facts.error_code,
+                        &r.facts.error_message,
+                    ) {
                         (Some(s), _, Some(m)) if !m.starts_with(&s.to_string()) => {
                             format!("{s} {m}")
                         }

@@ -44,34 +44,40 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
     field("source", Some(r.source.clone()));
     field(
         "workflow",
-        match (&r.workflow_name, &r.workflow_id) {
+        match (&r.facts.workflow_name, &r.facts.workflow_id) {
             (Some(n), Some(i)) => Some(format!("{n} ({i})")),
             (n, i) => n.clone().or(i.clone()),
         },
     );
     field(
         "execution",
-        r.execution_id.clone().map(|e| match &r.execution_mode {
-            Some(m) => format!("{e} ({m})"),
-            None => e,
-        }),
+        r.facts
+            .execution_id
+            .clone()
+            .map(|e| match &r.facts.execution_mode {
+                Some(m) => format!("{e} ({m})"),
+                None => e,
+            }),
     );
-    field("execution url", r.execution_url.clone());
+    field("execution url", r.facts.execution_url.clone());
     field(
         "node",
-        r.node_name.clone().map(|n| match &r.node_type {
+        r.facts.node_name.clone().map(|n| match &r.facts.node_type {
             Some(t) => format!("{n} ({t})"),
             None => n,
         }),
     );
-    field("http status", r.http_status.map(|s| s.to_string()));
-    field("error code", r.error_code.clone());
+    field("http status", r.facts.http_status.map(|s| s.to_string()));
+    field("error code", r.facts.error_code.clone());
     field(
         "error",
-        r.error_message.clone().map(|m| match &r.error_name {
-            Some(n) => format!("{n}: {m}"),
-            None => m,
-        }),
+        r.facts
+            .error_message
+            .clone()
+            .map(|m| match &r.facts.error_name {
+                Some(n) => format!("{n}: {m}"),
+                None => m,
+            }),
     );
     field(
         "first seen",
@@ -90,11 +96,11 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
         )),
     );
     field("occurrences", Some(r.occurrences.to_string()));
-    field("idempotency key", r.idempotency_key.clone());
-    field("event id", r.external_event_id.clone());
-    field("correlation id", r.correlation_id.clone());
-    field("tenant", r.tenant_id.clone());
-    field("replay url", r.replay_url.clone());
+    field("idempotency key", r.facts.idempotency_key.clone());
+    field("event id", r.facts.external_event_id.clone());
+    field("correlation id", r.facts.correlation_id.clone());
+    field("tenant", r.facts.tenant_id.clone());
+    field("replay url", r.facts.replay_url.clone());
     match &rec.payload {
         Some(p) => {
             let _ = writeln!(

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::ids::{Partition, ShortText};
+use super::record::FailureFacts;
 
 /// Longest accepted identity field (idempotency key, event id, tenant …), in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -61,26 +62,7 @@ impl InputError {
 pub struct ParsedFailure {
     pub source: Option<Source>,
     pub partition: Option<Partition>,
-    pub idempotency_key: Option<ShortText>,
-    pub external_event_id: Option<ShortText>,
-    pub correlation_id: Option<ShortText>,
-    pub tenant_id: Option<ShortText>,
-    pub contract_version: Option<ShortText>,
-    pub business_object_type: Option<ShortText>,
-    pub business_object_id: Option<ShortText>,
-    pub replay_url: Option<String>,
-    pub workflow_id: Option<String>,
-    pub workflow_name: Option<String>,
-    pub execution_id: Option<String>,
-    pub execution_url: Option<String>,
-    pub execution_mode: Option<String>,
-    pub retry_of: Option<String>,
-    pub node_name: Option<String>,
-    pub node_type: Option<String>,
-    pub http_status: Option<u16>,
-    pub error_code: Option<String>,
-    pub error_name: Option<String>,
-    pub error_message: Option<String>,
+    pub facts: FailureFacts,
     pub error_description: Option<String>,
     /// The producer's error object, opaque. Redacted before it is stored.
     pub error: Option<Value>,
@@ -101,16 +83,16 @@ impl ParsedFailure {
     /// else n8n's workflow + execution + node (what n8n's Retry On Fail resends unchanged).
     /// `None` means "no identity given"; ingest then falls back to the body's hash.
     pub fn dedup_key(&self) -> Option<String> {
-        if let Some(k) = &self.idempotency_key {
-            return Some(format!("idem:{}", k.as_str()));
+        if let Some(k) = &self.facts.idempotency_key {
+            return Some(format!("idem:{k}"));
         }
-        if let Some(k) = &self.external_event_id {
-            return Some(format!("ext:{}", k.as_str()));
+        if let Some(k) = &self.facts.external_event_id {
+            return Some(format!("ext:{k}"));
         }
-        match (&self.workflow_id, &self.execution_id) {
+        match (&self.facts.workflow_id, &self.facts.execution_id) {
             (Some(w), Some(e)) => Some(format!(
                 "n8n:{w}\u{1f}{e}\u{1f}{}",
-                self.node_name.as_deref().unwrap_or("")
+                self.facts.node_name.as_deref().unwrap_or("")
             )),
             _ => None,
         }
@@ -118,7 +100,7 @@ impl ParsedFailure {
 
     /// The text the classifier's `error_text` rules and the fingerprint look at.
     pub fn error_text(&self) -> String {
-        match (&self.error_message, &self.error_description) {
+        match (&self.facts.error_message, &self.error_description) {
             (Some(m), Some(d)) if m != d => format!("{m}\n{d}"),
             (Some(m), _) => m.clone(),
             (None, Some(d)) => d.clone(),
@@ -164,14 +146,14 @@ pub fn parse_error_trigger(body: &[u8]) -> Result<ParsedFailure, InputError> {
     read_workflow(&root, &mut out)?;
 
     if let Some(exec) = opt_object(&root, "execution", "execution")? {
-        out.execution_id = opt_id(exec, "id", "execution.id")?;
-        out.execution_url = opt_string(exec, "url", "execution.url")?;
-        out.execution_mode = opt_string(exec, "mode", "execution.mode")?;
-        out.retry_of = opt_id(exec, "retryOf", "execution.retryOf")?;
-        out.node_name = opt_string(exec, "lastNodeExecuted", "execution.lastNodeExecuted")?;
+        out.facts.execution_id = opt_id(exec, "id", "execution.id")?;
+        out.facts.execution_url = opt_string(exec, "url", "execution.url")?;
+        out.facts.execution_mode = opt_string(exec, "mode", "execution.mode")?;
+        out.facts.retry_of = opt_id(exec, "retryOf", "execution.retryOf")?;
+        out.facts.node_name = opt_string(exec, "lastNodeExecuted", "execution.lastNodeExecuted")?;
         out.error = take_error(&mut root, "execution");
     } else if let Some(trigger) = opt_object(&root, "trigger", "trigger")? {
-        out.execution_mode = opt_string(trigger, "mode", "trigger.mode")?;
+        out.facts.execution_mode = opt_string(trigger, "mode", "trigger.mode")?;
         out.error = take_error(&mut root, "trigger");
     } else {
         return Err(InputError::field(
@@ -294,20 +276,22 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
         .partition
         .map(|p| Partition::parse(&p).map_err(|m| InputError::field("partition", m)))
         .transpose()?;
-    let key = |field: &str, v: Option<String>| -> Result<Option<ShortText>, InputError> {
+    let key = |field: &str, v: Option<String>| -> Result<Option<String>, InputError> {
         v.map(|s| {
-            ShortText::parse(field, &s, MAX_KEY_BYTES).map_err(|m| InputError::field(field, m))
+            ShortText::parse(field, &s, MAX_KEY_BYTES)
+                .map(ShortText::into_string)
+                .map_err(|m| InputError::field(field, m))
         })
         .transpose()
     };
-    out.idempotency_key = key("idempotency_key", raw.idempotency_key)?;
-    out.external_event_id = key("external_event_id", raw.external_event_id)?;
-    out.correlation_id = key("correlation_id", raw.correlation_id)?;
-    out.tenant_id = key("tenant_id", raw.tenant_id)?;
-    out.contract_version = key("contract_version", raw.contract_version)?;
-    out.business_object_type = key("business_object_type", raw.business_object_type)?;
-    out.business_object_id = key("business_object_id", raw.business_object_id)?;
-    out.replay_url = raw.replay_url.map(|u| parse_replay_url(&u)).transpose()?;
+    out.facts.idempotency_key = key("idempotency_key", raw.idempotency_key)?;
+    out.facts.external_event_id = key("external_event_id", raw.external_event_id)?;
+    out.facts.correlation_id = key("correlation_id", raw.correlation_id)?;
+    out.facts.tenant_id = key("tenant_id", raw.tenant_id)?;
+    out.facts.contract_version = key("contract_version", raw.contract_version)?;
+    out.facts.business_object_type = key("business_object_type", raw.business_object_type)?;
+    out.facts.business_object_id = key("business_object_id", raw.business_object_id)?;
+    out.facts.replay_url = raw.replay_url.map(|u| parse_replay_url(&u)).transpose()?;
     let mut refs = Map::new();
     for (key, v) in [("workflow", raw.workflow), ("execution", raw.execution)] {
         if let Some(v) = v {
@@ -316,12 +300,12 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
     }
     read_workflow(&refs, &mut out)?;
     if let Some(x) = opt_object(&refs, "execution", "execution")? {
-        out.execution_id = opt_id(x, "id", "execution.id")?;
-        out.execution_mode = opt_string(x, "mode", "execution.mode")?;
-        out.execution_url = opt_string(x, "url", "execution.url")?;
+        out.facts.execution_id = opt_id(x, "id", "execution.id")?;
+        out.facts.execution_mode = opt_string(x, "mode", "execution.mode")?;
+        out.facts.execution_url = opt_string(x, "url", "execution.url")?;
     }
-    out.node_name = raw.node;
-    out.node_type = raw.node_type;
+    out.facts.node_name = raw.node;
+    out.facts.node_type = raw.node_type;
     out.error = match raw.error {
         Some(Value::Null) | None => payload.get("error").filter(|v| !v.is_null()).cloned(),
         Some(e) => Some(e),
@@ -329,19 +313,19 @@ pub fn parse_envelope(body: &[u8]) -> Result<ParsedFailure, InputError> {
     out.payload = Some(payload);
     out.payload_raw = Some(raw_item.to_owned());
     for (name, v) in [
-        ("workflow.id", &out.workflow_id),
-        ("workflow.name", &out.workflow_name),
-        ("execution.id", &out.execution_id),
-        ("execution.mode", &out.execution_mode),
-        ("execution.url", &out.execution_url),
-        ("node", &out.node_name),
-        ("node_type", &out.node_type),
+        ("workflow.id", &out.facts.workflow_id),
+        ("workflow.name", &out.facts.workflow_name),
+        ("execution.id", &out.facts.execution_id),
+        ("execution.mode", &out.facts.execution_mode),
+        ("execution.url", &out.facts.execution_url),
+        ("node", &out.facts.node_name),
+        ("node_type", &out.facts.node_type),
     ] {
         check_len(name, v.as_deref())?;
     }
     describe_error(&mut out);
     if raw.http_status.is_some() {
-        out.http_status = raw.http_status;
+        out.facts.http_status = raw.http_status;
     }
     Ok(out)
 }
@@ -397,8 +381,8 @@ fn take_error(root: &mut Map<String, Value>, outer: &str) -> Option<Value> {
 
 fn read_workflow(root: &Map<String, Value>, out: &mut ParsedFailure) -> Result<(), InputError> {
     if let Some(wf) = opt_object(root, "workflow", "workflow")? {
-        out.workflow_id = opt_id(wf, "id", "workflow.id")?;
-        out.workflow_name = opt_string(wf, "name", "workflow.name")?;
+        out.facts.workflow_id = opt_id(wf, "id", "workflow.id")?;
+        out.facts.workflow_name = opt_string(wf, "name", "workflow.name")?;
     }
     Ok(())
 }
@@ -471,38 +455,38 @@ fn describe_error(out: &mut ParsedFailure) {
         }
     };
     match err {
-        Value::String(s) => out.error_message = Some(s.clone()),
+        Value::String(s) => out.facts.error_message = Some(s.clone()),
         Value::Object(o) => {
-            out.error_message = text(o.get("message"));
+            out.facts.error_message = text(o.get("message"));
             out.error_description = text(o.get("description"));
-            out.error_name = text(o.get("name"));
+            out.facts.error_name = text(o.get("name"));
             for key in ["httpCode", "status", "statusCode"] {
                 if let Some(code) = text(o.get(key)) {
                     match code.parse::<u16>() {
                         Ok(n) if (100..=599).contains(&n) => {
-                            out.http_status.get_or_insert(n);
+                            out.facts.http_status.get_or_insert(n);
                         }
                         _ => {
-                            out.error_code.get_or_insert(code);
+                            out.facts.error_code.get_or_insert(code);
                         }
                     }
                 }
             }
             if let Some(code) = text(o.get("code")) {
-                out.error_code.get_or_insert(code);
+                out.facts.error_code.get_or_insert(code);
             }
             if let Some(Value::Object(node)) = o.get("node") {
-                if out.node_name.is_none() {
-                    out.node_name = text(node.get("name"));
+                if out.facts.node_name.is_none() {
+                    out.facts.node_name = text(node.get("name"));
                 }
-                if out.node_type.is_none() {
-                    out.node_type = text(node.get("type"));
+                if out.facts.node_type.is_none() {
+                    out.facts.node_type = text(node.get("type"));
                 }
             }
         }
         _ => {}
     }
-    if let Some(m) = &mut out.error_message {
+    if let Some(m) = &mut out.facts.error_message {
         truncate_utf8(m, MAX_MESSAGE_BYTES);
     }
     if let Some(d) = &mut out.error_description {
@@ -533,16 +517,17 @@ mod tests {
     #[test]
     fn code_node_error_trigger_names_workflow_execution_and_node() {
         let p = parse_error_trigger(&fixture("error-trigger-body.raw.json")).unwrap();
-        assert_eq!(p.workflow_id.as_deref(), Some("dlqMainWf0000001"));
+        assert_eq!(p.facts.workflow_id.as_deref(), Some("dlqMainWf0000001"));
         assert_eq!(
-            p.workflow_name.as_deref(),
+            p.facts.workflow_name.as_deref(),
             Some("Orders (fails on purpose)")
         );
-        assert_eq!(p.execution_id.as_deref(), Some("1"));
-        assert_eq!(p.node_name.as_deref(), Some("Process order"));
-        assert_eq!(p.execution_mode.as_deref(), Some("webhook"));
-        assert_eq!(p.http_status, None);
+        assert_eq!(p.facts.execution_id.as_deref(), Some("1"));
+        assert_eq!(p.facts.node_name.as_deref(), Some("Process order"));
+        assert_eq!(p.facts.execution_mode.as_deref(), Some("webhook"));
+        assert_eq!(p.facts.http_status, None);
         assert!(p
+            .facts
             .error_message
             .unwrap()
             .starts_with("order processing failed"));
@@ -553,22 +538,28 @@ mod tests {
     fn node_api_error_carries_http_code_and_node_type() {
         let p =
             parse_error_trigger(&fixture("error-trigger-body.dlqHttp500Wf0001.raw.json")).unwrap();
-        assert_eq!(p.http_status, Some(500));
-        assert_eq!(p.error_name.as_deref(), Some("NodeApiError"));
-        assert_eq!(p.node_type.as_deref(), Some("n8n-nodes-base.httpRequest"));
+        assert_eq!(p.facts.http_status, Some(500));
+        assert_eq!(p.facts.error_name.as_deref(), Some("NodeApiError"));
+        assert_eq!(
+            p.facts.node_type.as_deref(),
+            Some("n8n-nodes-base.httpRequest")
+        );
         let p =
             parse_error_trigger(&fixture("error-trigger-body.dlqHttpRefWf0001.raw.json")).unwrap();
-        assert_eq!(p.http_status, None);
-        assert_eq!(p.error_code.as_deref(), Some("ECONNREFUSED"));
+        assert_eq!(p.facts.http_status, None);
+        assert_eq!(p.facts.error_code.as_deref(), Some("ECONNREFUSED"));
     }
 
     #[test]
     fn trigger_failures_have_no_execution() {
         let body = br#"{"trigger":{"error":{"message":"Webhook could not be activated","name":"WorkflowActivationError"},"mode":"trigger"},"workflow":{"id":"wf1","name":"Poller"},"extra":1}"#;
         let p = parse_error_trigger(body).unwrap();
-        assert_eq!(p.execution_id, None);
-        assert_eq!(p.execution_mode.as_deref(), Some("trigger"));
-        assert_eq!(p.error_name.as_deref(), Some("WorkflowActivationError"));
+        assert_eq!(p.facts.execution_id, None);
+        assert_eq!(p.facts.execution_mode.as_deref(), Some("trigger"));
+        assert_eq!(
+            p.facts.error_name.as_deref(),
+            Some("WorkflowActivationError")
+        );
         assert_eq!(p.dedup_key(), None);
     }
 
@@ -594,11 +585,11 @@ mod tests {
     fn error_output_item_keeps_the_item_bytes_and_reads_the_axios_error() {
         let body = fixture("error-output-item.raw.json");
         let p = parse_envelope(&body).unwrap();
-        assert_eq!(p.http_status, Some(500));
-        assert_eq!(p.error_code.as_deref(), Some("ERR_BAD_RESPONSE"));
-        assert_eq!(p.node_name.as_deref(), Some("Call downstream"));
-        assert_eq!(p.workflow_id.as_deref(), Some("dlqErrOutWf00001"));
-        assert_eq!(p.execution_id.as_deref(), Some("1"));
+        assert_eq!(p.facts.http_status, Some(500));
+        assert_eq!(p.facts.error_code.as_deref(), Some("ERR_BAD_RESPONSE"));
+        assert_eq!(p.facts.node_name.as_deref(), Some("Call downstream"));
+        assert_eq!(p.facts.workflow_id.as_deref(), Some("dlqErrOutWf00001"));
+        assert_eq!(p.facts.execution_id.as_deref(), Some("1"));
         let raw = p.payload_raw.unwrap();
         let whole: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(

@@ -6,6 +6,38 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// What the producer told us about a failure, beside its documents: where it happened
+/// (workflow, execution, node), what the error said, and the producer's own identity and
+/// routing keys. One struct from parsing through storage to every read, so a field added here
+/// is added everywhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FailureFacts {
+    pub workflow_id: Option<String>,
+    pub workflow_name: Option<String>,
+    pub execution_id: Option<String>,
+    pub execution_url: Option<String>,
+    pub execution_mode: Option<String>,
+    /// n8n's `execution.retryOf`: the execution this one retried.
+    pub retry_of: Option<String>,
+    pub node_name: Option<String>,
+    pub node_type: Option<String>,
+    pub http_status: Option<u16>,
+    /// A non-HTTP code: ECONNREFUSED, ETIMEDOUT, ERR_BAD_RESPONSE …
+    pub error_code: Option<String>,
+    pub error_name: Option<String>,
+    /// Redacted and cut to 1 KiB; the whole error object is kept apart.
+    pub error_message: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub external_event_id: Option<String>,
+    pub correlation_id: Option<String>,
+    pub tenant_id: Option<String>,
+    pub contract_version: Option<String>,
+    pub business_object_type: Option<String>,
+    pub business_object_id: Option<String>,
+    /// Where a replay of this record goes, when the producer named it.
+    pub replay_url: Option<String>,
+}
+
 macro_rules! named_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
