@@ -22,6 +22,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum Command {
     /// Run the server: HTTP API on loopback, durable storage.
     Serve(ServeArgs),
@@ -52,6 +53,8 @@ pub struct ListArgs {
     /// Workflow id or exact name.
     #[arg(long)]
     pub workflow: Option<String>,
+    #[arg(long)]
+    pub owner: Option<String>,
     /// transient, rate_limited, auth, validation, conflict, business, unknown
     #[arg(long = "class")]
     pub failure_class: Option<String>,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::classify::{RuleSpec, Rules};
-use crate::model::{FailureClass, Partition};
+use crate::model::{FailureClass, Partition, Status};
 
 /// The commented example config, embedded so `config init` needs no file beside the binary.
 pub const EXAMPLE: &str = include_str!("../config.example.toml");
@@ -42,6 +42,63 @@ pub struct Config {
     pub redact: RedactConfig,
     pub logging: LoggingConfig,
     pub rules: Rules,
+    pub triage: TriageConfig,
+}
+
+/// What happens to a new record of one failure class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// new, review or retry_scheduled.
+    pub initial: Status,
+    /// Automatic attempts before the record goes to review (used by the retry scheduler).
+    pub max_attempts: u32,
+    /// Who gets new records of this class.
+    pub owner: Option<String>,
+    /// `due_at` = first seen + SLA.
+    pub sla: Duration,
+    /// Flag the record (and, later, alert) as a credential incident.
+    pub credential_incident: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct TriageConfig {
+    /// One policy per failure class, in `FailureClass::ALL` order.
+    policies: Vec<(FailureClass, Policy)>,
+    /// This many new records of one fingerprint within `poison_window` make it poison.
+    pub poison_threshold: u32,
+    pub poison_window: Duration,
+}
+
+impl TriageConfig {
+    pub fn policy(&self, class: FailureClass) -> &Policy {
+        // Every class has an entry: `validate` fills the table from the defaults.
+        &self
+            .policies
+            .iter()
+            .find(|(c, _)| *c == class)
+            .expect("a policy for every class")
+            .1
+    }
+}
+
+/// The built-in policies (DESIGN.md "Failure classes"), before config overrides.
+pub fn default_policy(class: FailureClass) -> Policy {
+    use FailureClass::*;
+    let hours = |h: u64| Duration::from_secs(h * 3600);
+    let (initial, max_attempts, sla) = match class {
+        Transient => (Status::RetryScheduled, 5, hours(24)),
+        RateLimited => (Status::RetryScheduled, 8, hours(24)),
+        Unknown => (Status::RetryScheduled, 3, hours(24)),
+        Auth => (Status::Review, 0, hours(4)),
+        Validation | Conflict | Business => (Status::Review, 0, hours(48)),
+    };
+    Policy {
+        initial,
+        max_attempts,
+        owner: None,
+        sla,
+        credential_incident: class == Auth,
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +153,35 @@ struct RawConfig {
     redact: RawRedact,
     logging: RawLogging,
     classify: RawClassify,
+    triage: RawTriage,
+    policy: std::collections::BTreeMap<String, RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawTriage {
+    poison_threshold: u64,
+    poison_window: String,
+}
+
+impl Default for RawTriage {
+    fn default() -> Self {
+        RawTriage {
+            poison_threshold: 3,
+            poison_window: "1h".into(),
+        }
+    }
+}
+
+/// Overrides for one class; what is left out keeps the built-in value.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RawPolicy {
+    initial: Option<String>,
+    max_attempts: Option<u64>,
+    owner: Option<String>,
+    sla: Option<String>,
+    credential_incident: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -463,6 +549,8 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         }
     };
 
+    let triage = validate_triage(raw.triage, raw.policy, problems);
+
     let data_dir = data_dir?;
     let log_dir = if raw.logging.dir.trim().is_empty() {
         data_dir.join("logs")
@@ -495,6 +583,86 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
             stderr: raw.logging.stderr,
         },
         rules: rules?,
+        triage: triage?,
+    })
+}
+
+fn duration(problems: &mut Vec<String>, path: &str, text: &str) -> Option<Duration> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| {
+            problems.push(format!(
+                "{path}: `{text}` is not a duration like 30m, 4h or 2d ({e})"
+            ))
+        })
+        .ok()
+}
+
+fn validate_triage(
+    raw: RawTriage,
+    policies: std::collections::BTreeMap<String, RawPolicy>,
+    problems: &mut Vec<String>,
+) -> Option<TriageConfig> {
+    let window = duration(problems, "triage.poison_window", &raw.poison_window);
+    let threshold = in_range(
+        &mut |p| problems.push(p),
+        "triage.poison_threshold",
+        raw.poison_threshold,
+        1,
+        1_000_000,
+    );
+    let mut table: Vec<(FailureClass, Policy)> = FailureClass::ALL
+        .iter()
+        .map(|c| (*c, default_policy(*c)))
+        .collect();
+    for (name, over) in policies {
+        let path = format!("policy.{name}");
+        let Ok(class) = name.parse::<FailureClass>() else {
+            problems.push(format!(
+                "{path}: unknown failure class; expected one of: {}",
+                FailureClass::ALL
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            continue;
+        };
+        let Some((_, p)) = table.iter_mut().find(|(c, _)| *c == class) else {
+            continue;
+        };
+        if let Some(i) = over.initial {
+            match i.parse::<Status>() {
+                Ok(s @ (Status::New | Status::Review | Status::RetryScheduled)) => p.initial = s,
+                _ => problems.push(format!(
+                    "{path}.initial: `{i}` must be new, review or retry_scheduled"
+                )),
+            }
+        }
+        if let Some(m) = over.max_attempts {
+            p.max_attempts = in_range(
+                &mut |e| problems.push(e),
+                &format!("{path}.max_attempts"),
+                m,
+                0,
+                1000,
+            ) as u32;
+        }
+        if let Some(o) = over.owner {
+            p.owner = Some(o).filter(|o| !o.trim().is_empty());
+        }
+        if let Some(sla) = over.sla {
+            if let Some(d) = duration(problems, &format!("{path}.sla"), &sla) {
+                p.sla = d;
+            }
+        }
+        if let Some(c) = over.credential_incident {
+            p.credential_incident = c;
+        }
+    }
+    Some(TriageConfig {
+        policies: table,
+        poison_threshold: threshold as u32,
+        poison_window: window?,
     })
 }
 
@@ -524,6 +692,49 @@ mod tests {
         let ex = Config::parse(EXAMPLE, "example").unwrap();
         let def = Config::default_config().unwrap();
         assert_eq!(format!("{ex:?}"), format!("{def:?}"));
+    }
+
+    #[test]
+    fn policies_default_per_class_and_can_be_overridden() {
+        let c = Config::default_config().unwrap();
+        assert_eq!(
+            c.triage.policy(FailureClass::Transient).initial,
+            Status::RetryScheduled
+        );
+        assert_eq!(
+            c.triage.policy(FailureClass::Validation).initial,
+            Status::Review
+        );
+        assert!(c.triage.policy(FailureClass::Auth).credential_incident);
+        assert_eq!(c.triage.poison_threshold, 3);
+        let c = Config::parse(
+            "[policy.validation]\nowner = \"ops\"\nsla = \"2h\"\n[policy.unknown]\ninitial = \"review\"\n",
+            "t",
+        )
+        .unwrap();
+        let v = c.triage.policy(FailureClass::Validation);
+        assert_eq!(
+            (v.owner.as_deref(), v.sla),
+            (Some("ops"), Duration::from_secs(7200))
+        );
+        assert_eq!(
+            c.triage.policy(FailureClass::Unknown).initial,
+            Status::Review
+        );
+        let err = Config::parse(
+            "[policy.sad]\nsla = \"1h\"\n[policy.auth]\ninitial = \"resolved\"\nsla = \"soon\"\n[triage]\npoison_window = \"x\"\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        for key in [
+            "policy.sad",
+            "policy.auth.initial",
+            "policy.auth.sla",
+            "triage.poison_window",
+        ] {
+            assert!(err.contains(key), "{key} in {err}");
+        }
     }
 
     #[test]

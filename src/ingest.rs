@@ -8,10 +8,9 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::classify::{fingerprint, Rules};
-use crate::config::Config;
+use crate::config::{Config, TriageConfig};
 use crate::model::{
     parse_envelope, parse_error_trigger, InputError, ParsedFailure, Partition, ShortText, Source,
-    Status,
 };
 use crate::redact::{cap_request_headers, Redactor};
 use crate::store::{codec, NewRecord};
@@ -32,6 +31,7 @@ pub struct Ingestor {
     max_request_header_bytes: usize,
     compress_above: usize,
     zstd_level: i32,
+    triage: TriageConfig,
 }
 
 impl Ingestor {
@@ -44,6 +44,7 @@ impl Ingestor {
             max_request_header_bytes: config.ingest.max_request_header_bytes,
             compress_above: config.storage.compress_above_bytes,
             zstd_level: config.storage.zstd_level,
+            triage: config.triage.clone(),
         }
     }
 
@@ -146,10 +147,15 @@ impl Ingestor {
             )
         });
 
+        let policy = self.triage.policy(verdict.class);
+        let sla_ms = i64::try_from(policy.sla.as_millis()).unwrap_or(i64::MAX);
         NewRecord {
             partition: partition.as_str().to_owned(),
             source: f.source(),
-            status: Status::New,
+            status: policy.initial,
+            owner: policy.owner.clone(),
+            due_at_ms: Some(now_ms.saturating_add(sla_ms)),
+            credential_incident: policy.credential_incident,
             failure_class: verdict.class,
             class_rule: verdict.rule,
             fingerprint: fp,

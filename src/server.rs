@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::http::{router, AppState};
 use crate::ingest::Ingestor;
-use crate::store::{Store, StoreError};
+use crate::store::{PoisonRule, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -23,7 +23,11 @@ pub enum ServerError {
 /// Open the store for `config` (migrating it) without serving: lets `main` fail fast, before it
 /// prints the listening line, when the database cannot be used.
 pub fn open_store(config: &Config) -> Result<Store, ServerError> {
-    Ok(Store::open(&config.storage)?)
+    let poison = PoisonRule {
+        threshold: config.triage.poison_threshold,
+        window_ms: i64::try_from(config.triage.poison_window.as_millis()).unwrap_or(i64::MAX),
+    };
+    Ok(Store::open(&config.storage, poison)?)
 }
 
 pub async fn serve(

@@ -21,6 +21,7 @@ fn filter(args: &ListArgs) -> anyhow::Result<ListFilter> {
             .map_err(|m| anyhow!("--status: {m}"))?,
         partition: args.partition.clone(),
         workflow: args.workflow.clone(),
+        owner: args.owner.clone(),
         failure_class: args
             .failure_class
             .as_deref()
@@ -88,8 +89,8 @@ fn table(page: &ListPage, now: chrono::DateTime<chrono::Utc>) -> String {
         .map(|r| {
             [
                 r.id.to_string(),
-                r.status.clone(),
-                r.failure_class.clone(),
+                r.status.to_string(),
+                r.failure_class.to_string(),
                 r.partition.clone(),
                 clip(
                     r.facts

@@ -50,14 +50,29 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// "45s", "3m", "2h", "5d".
+fn span(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
 /// "3m ago", "2h ago", "5d ago".
 pub fn ago(t: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>) -> String {
-    let s = (now - t).num_seconds().max(0);
-    match s {
-        0..=59 => format!("{s}s ago"),
-        60..=3599 => format!("{}m ago", s / 60),
-        3600..=86_399 => format!("{}h ago", s / 3600),
-        _ => format!("{}d ago", s / 86_400),
+    format!("{} ago", span((now - t).num_seconds()))
+}
+
+/// "in 3h", or "overdue by 2d".
+pub fn until(t: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>) -> String {
+    let s = (t - now).num_seconds();
+    if s >= 0 {
+        format!("in {}", span(s))
+    } else {
+        format!("overdue by {}", span(-s))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{ago, emit, open_readers};
+use super::{ago, emit, open_readers, until};
 use crate::cli::ShowArgs;
 use crate::config::Config;
 use crate::model::RecordId;
@@ -34,7 +34,29 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
         }
     };
     field("id", Some(r.id.to_string()));
-    field("status", Some(r.status.clone()));
+    let mut flags = Vec::new();
+    if r.poison {
+        flags.push("poison");
+    }
+    if r.credential_incident {
+        flags.push("credential incident");
+    }
+    field(
+        "status",
+        Some(if flags.is_empty() {
+            r.status.to_string()
+        } else {
+            format!("{} ({})", r.status, flags.join(", "))
+        }),
+    );
+    field("owner", r.owner.clone());
+    field(
+        "due",
+        r.due_at
+            .map(|d| format!("{} ({})", d.to_rfc3339(), until(d, now))),
+    );
+    field("tags", (!r.tags.is_empty()).then(|| r.tags.join(", ")));
+    field("version", Some(r.version.to_string()));
     field(
         "class",
         Some(format!("{} (rule {})", r.failure_class, r.class_rule)),

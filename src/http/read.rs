@@ -18,6 +18,7 @@ pub struct ListQuery {
     status: Option<String>,
     partition: Option<String>,
     workflow: Option<String>,
+    owner: Option<String>,
     failure_class: Option<String>,
     fingerprint: Option<String>,
     since: Option<String>,
@@ -49,6 +50,7 @@ fn filter_from(q: ListQuery) -> Result<ListFilter, ApiError> {
             .transpose()?,
         partition: q.partition,
         workflow: q.workflow,
+        owner: q.owner,
         failure_class: q
             .failure_class
             .map(|s| field("failure_class", s.parse::<FailureClass>()))

@@ -7,12 +7,14 @@
 mod ids;
 mod input;
 mod record;
+pub mod status;
 
 pub use ids::{Fingerprint, Partition, RecordId, ShortText};
 pub use input::{
     parse_envelope, parse_error_trigger, InputError, ParsedFailure, Source, MAX_KEY_BYTES,
 };
 pub use record::{EventKind, FailureClass, FailureFacts, Status};
+pub use status::{Move, MoveError, Mover};
 
 /// Parse a time given by an operator: RFC 3339 (`2026-11-29T10:00:00Z`), or a date
 /// (`2026-11-29`, meaning its midnight UTC). Returns unix milliseconds.

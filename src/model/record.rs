@@ -120,6 +120,11 @@ named_enum! {
     /// What an audit event records.
     EventKind {
         Created => "created",
+        StatusChanged => "status_changed",
+        Assigned => "assigned",
+        Tagged => "tagged",
+        PayloadEdited => "payload_edited",
+        Noted => "noted",
     }
 }
 

@@ -9,6 +9,7 @@
 //!
 //! What it must never do: import axum or know HTTP; hand rusqlite types to its callers.
 
+mod apply;
 pub mod codec;
 mod query;
 pub mod schema;
@@ -20,9 +21,16 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+pub use apply::{
+    Change, GroupAction, GroupActionKind, GroupItem, IngestOutcome, NewRecord, PayloadEdit,
+    PoisonRule,
+};
 pub use codec::{Codec, Encoded};
-pub use query::{DocumentView, EventView, ListFilter, ListPage, RecordDetail, RecordSummary};
-pub use writer::{IngestOutcome, NewRecord, Writer};
+pub use query::{
+    DocumentView, EventView, GroupFilter, GroupSummary, ListFilter, ListPage, RecordDetail,
+    RecordSummary,
+};
+pub use writer::Writer;
 
 use crate::config::StorageConfig;
 
@@ -30,6 +38,18 @@ use crate::config::StorageConfig;
 pub enum StoreError {
     #[error("no dead letter with id {0}")]
     NotFound(i64),
+    #[error("no failure group with fingerprint {0}")]
+    NoGroup(String),
+    #[error("dead letter {id} changed since it was read (version {expected} was read; it is now at {current}); read it again")]
+    Stale {
+        id: i64,
+        expected: i64,
+        current: i64,
+    },
+    #[error(transparent)]
+    IllegalMove(#[from] crate::model::MoveError),
+    #[error("{0}")]
+    Invalid(String),
     #[error(
         "{path} was written by a newer deadletter (schema version {found}; this binary knows up to {known}). \
          Upgrade deadletter, or point --data-dir at another directory."
@@ -54,6 +74,20 @@ pub enum StoreError {
     },
     #[error("database error: {0}")]
     Sqlite(#[source] rusqlite::Error),
+}
+
+impl StoreError {
+    /// A refusal of the request itself (nothing was written): not a storage failure.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotFound(_)
+                | StoreError::NoGroup(_)
+                | StoreError::Stale { .. }
+                | StoreError::IllegalMove(_)
+                | StoreError::Invalid(_)
+        )
+    }
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -179,6 +213,23 @@ impl ReadPool {
         self.with(|c| query::get(c, id))
     }
 
+    pub fn summary(&self, id: i64) -> Result<RecordSummary, StoreError> {
+        self.with(|c| query::summary_by_id(c, id))
+    }
+
+    /// One payload version (None: the newest), decoded.
+    pub fn payload(
+        &self,
+        id: i64,
+        version: Option<i64>,
+    ) -> Result<Option<DocumentView>, StoreError> {
+        self.with(|c| query::document(c, id, "item", version))
+    }
+
+    pub fn groups(&self, filter: &GroupFilter) -> Result<Vec<GroupSummary>, StoreError> {
+        self.with(|c| query::groups(c, filter))
+    }
+
     pub fn ping(&self) -> Result<(), StoreError> {
         self.with(|c| Ok(c.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?))
     }
@@ -194,14 +245,14 @@ pub struct Store {
 
 impl Store {
     /// Create the data dir if needed, open and migrate the database, start the writer thread.
-    pub fn open(cfg: &StorageConfig) -> Result<Store, StoreError> {
+    pub fn open(cfg: &StorageConfig, poison: PoisonRule) -> Result<Store, StoreError> {
         std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StoreError::Io {
             path: cfg.data_dir.clone(),
             source,
         })?;
         let path = cfg.db_path();
         let conn = open_writer_conn(&path, cfg.busy_timeout)?;
-        let writer = Writer::start(conn, cfg.writer_max_batch)?;
+        let writer = Writer::start(conn, cfg.writer_max_batch, poison)?;
         let readers = ReadPool::open(&path, cfg.busy_timeout)?;
         Ok(Store {
             writer,
@@ -221,8 +272,12 @@ mod tests {
     fn store(dir: &Path) -> (Store, Ingestor) {
         let mut config = Config::default_config().unwrap();
         config.set_data_dir(dir.to_owned());
+        let poison = PoisonRule {
+            threshold: 3,
+            window_ms: 3_600_000,
+        };
         (
-            Store::open(&config.storage).unwrap(),
+            Store::open(&config.storage, poison).unwrap(),
             Ingestor::new(&config),
         )
     }

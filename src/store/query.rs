@@ -3,11 +3,12 @@
 //! never shifts when records are inserted while someone pages through.
 
 use chrono::{DateTime, TimeZone, Utc};
-use rusqlite::types::ToSql;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::codec::{decode, Codec};
+use super::schema::CLOSED_SQL;
 use super::StoreError;
 use crate::model::{FailureClass, FailureFacts, Fingerprint, Status};
 
@@ -17,6 +18,7 @@ pub struct ListFilter {
     pub partition: Option<String>,
     /// Matches the workflow's id or its name exactly.
     pub workflow: Option<String>,
+    pub owner: Option<String>,
     pub failure_class: Option<FailureClass>,
     pub fingerprint: Option<Fingerprint>,
     pub since_ms: Option<i64>,
@@ -33,9 +35,9 @@ pub struct ListFilter {
 pub struct RecordSummary {
     pub id: i64,
     pub partition: String,
-    pub status: String,
+    pub status: Status,
     pub source: String,
-    pub failure_class: String,
+    pub failure_class: FailureClass,
     pub class_rule: String,
     pub fingerprint: Fingerprint,
     pub occurrences: i64,
@@ -47,6 +49,14 @@ pub struct RecordSummary {
     pub owner: Option<String>,
     pub due_at: Option<DateTime<Utc>>,
     pub attempts: i64,
+    /// Bumped by every change: send it back (`If-Match` or `version`) to change the record.
+    pub version: i64,
+    /// The payload version a replay would send (the newest); none without a payload.
+    pub payload_version: Option<i64>,
+    pub tags: Vec<String>,
+    /// Its fingerprint failed too often: it went straight to review.
+    pub poison: bool,
+    pub credential_incident: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,8 +94,10 @@ pub struct EventView {
 #[derive(Debug, Clone)]
 pub struct RecordDetail {
     pub summary: RecordSummary,
-    /// The failing item (newest version), when the producer sent one.
+    /// The failing item (newest version: what a replay sends), when there is one.
     pub payload: Option<DocumentView>,
+    /// Every payload version, oldest (the original) first, without their bodies.
+    pub payload_versions: Vec<DocumentView>,
     /// The producer's error object, redacted.
     pub error: Option<DocumentView>,
     pub events: Vec<EventView>,
@@ -95,7 +107,8 @@ const COLUMNS: &str = "id, partition, status, source, failure_class, class_rule,
     first_seen_at, last_seen_at, updated_at, workflow_id, workflow_name, execution_id, execution_url,
     execution_mode, retry_of, node_name, node_type, http_status, error_code, error_name, error_message,
     idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
-    business_object_type, business_object_id, replay_url, owner, due_at, attempts";
+    business_object_type, business_object_id, replay_url, owner, due_at, attempts,
+    version, payload_version, tags, poison, credential_incident";
 
 pub fn ms_to_time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms)
@@ -141,7 +154,40 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<RecordSummary> {
         owner: r.get(31)?,
         due_at: r.get::<_, Option<i64>>(32)?.map(ms_to_time),
         attempts: r.get(33)?,
+        version: r.get(34)?,
+        payload_version: r.get(35)?,
+        tags: r
+            .get::<_, Option<String>>(36)?
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default(),
+        poison: r.get(37)?,
+        credential_incident: r.get(38)?,
     })
+}
+
+impl FromSql for Status {
+    fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
+        v.as_str()?
+            .parse()
+            .map_err(|e: String| FromSqlError::Other(e.into()))
+    }
+}
+
+impl FromSql for FailureClass {
+    fn column_result(v: ValueRef<'_>) -> FromSqlResult<Self> {
+        v.as_str()?
+            .parse()
+            .map_err(|e: String| FromSqlError::Other(e.into()))
+    }
+}
+
+pub fn summary_by_id(conn: &Connection, id: i64) -> Result<RecordSummary, StoreError> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM dead_letters WHERE id = ?1"))?
+        .query_row([id], summary)
+        .map_err(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound(id),
+            other => other.into(),
+        })
 }
 
 pub fn list(conn: &Connection, f: &ListFilter) -> Result<ListPage, StoreError> {
@@ -160,6 +206,9 @@ pub fn list(conn: &Connection, f: &ListFilter) -> Result<ListPage, StoreError> {
     if let Some(w) = &f.workflow {
         add(" AND (workflow_id = ? ", Box::new(w.clone()));
         add("OR workflow_name = ?)", Box::new(w.clone()));
+    }
+    if let Some(o) = &f.owner {
+        add(" AND owner = ?", Box::new(o.clone()));
     }
     if let Some(c) = f.failure_class {
         add(" AND failure_class = ?", Box::new(c.as_str()));
@@ -204,13 +253,20 @@ pub fn list(conn: &Connection, f: &ListFilter) -> Result<ListPage, StoreError> {
     Ok(ListPage { items, next_cursor })
 }
 
-fn document(conn: &Connection, id: i64, kind: &str) -> Result<Option<DocumentView>, StoreError> {
+/// A document of a record: `version` None is the newest.
+pub fn document(
+    conn: &Connection,
+    id: i64,
+    kind: &str,
+    version: Option<i64>,
+) -> Result<Option<DocumentView>, StoreError> {
     let row = conn
         .prepare_cached(
             "SELECT version, codec, size, sha256, bytes, created_at, actor FROM payloads
-             WHERE record_id = ?1 AND kind = ?2 ORDER BY version DESC LIMIT 1",
+             WHERE record_id = ?1 AND kind = ?2 AND (?3 IS NULL OR version = ?3)
+             ORDER BY version DESC LIMIT 1",
         )?
-        .query_row(params![id, kind], |r| {
+        .query_row(params![id, kind, version], |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
@@ -243,15 +299,27 @@ fn document(conn: &Connection, id: i64, kind: &str) -> Result<Option<DocumentVie
 }
 
 pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
-    let summary = conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM dead_letters WHERE id = ?1"))?
-        .query_row([id], summary)
-        .map_err(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound(id),
-            other => other.into(),
-        })?;
-    let payload = document(conn, id, "item")?;
-    let error = document(conn, id, "error")?;
+    let summary = summary_by_id(conn, id)?;
+    let payload = document(conn, id, "item", None)?;
+    let error = document(conn, id, "error", None)?;
+    let payload_versions = conn
+        .prepare_cached(
+            "SELECT version, codec, size, length(bytes), sha256, created_at, actor FROM payloads
+             WHERE record_id = ?1 AND kind = 'item' ORDER BY version",
+        )?
+        .query_map([id], |r| {
+            Ok(DocumentView {
+                version: r.get(0)?,
+                codec: r.get(1)?,
+                size: r.get(2)?,
+                stored_size: r.get(3)?,
+                sha256: hex::encode(r.get::<_, Vec<u8>>(4)?),
+                created_at: ms_to_time(r.get(5)?),
+                actor: r.get(6)?,
+                json: String::new(),
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
     let events = conn
         .prepare_cached(
             "SELECT id, at, actor, kind, from_status, to_status, detail FROM events
@@ -273,6 +341,7 @@ pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
     Ok(RecordDetail {
         summary,
         payload,
+        payload_versions,
         error,
         events,
     })
@@ -295,6 +364,7 @@ struct DetailJson<'a> {
     /// redaction had to change it).
     payload: Option<&'a serde_json::value::RawValue>,
     payload_info: Option<&'a DocumentView>,
+    payload_versions: &'a [DocumentView],
     error: Option<&'a serde_json::value::RawValue>,
     events: &'a [EventView],
 }
@@ -306,9 +376,87 @@ impl RecordDetail {
             summary: &self.summary,
             payload: raw_json(&self.payload)?,
             payload_info: self.payload.as_ref(),
+            payload_versions: &self.payload_versions,
             error: raw_json(&self.error)?,
             events: &self.events,
         };
         serde_json::to_vec(&j).map_err(|e| StoreError::Corrupt(e.to_string()))
     }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GroupFilter {
+    /// Only groups with open records.
+    pub open_only: bool,
+    pub failure_class: Option<FailureClass>,
+    /// Workflow id or exact name.
+    pub workflow: Option<String>,
+    pub poison_only: bool,
+    pub limit: usize,
+}
+
+/// One failure group: every record with one fingerprint.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupSummary {
+    pub fingerprint: Fingerprint,
+    pub failure_class: FailureClass,
+    pub workflow_id: Option<String>,
+    pub workflow_name: Option<String>,
+    pub node_name: Option<String>,
+    pub sample_message: Option<String>,
+    pub first_seen_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    /// Records ever created in the group.
+    pub count: i64,
+    /// Records of it still open.
+    pub open: i64,
+    pub poison: bool,
+    pub poison_since: Option<DateTime<Utc>>,
+}
+
+/// Groups, most recently failing first.
+pub fn groups(conn: &Connection, f: &GroupFilter) -> Result<Vec<GroupSummary>, StoreError> {
+    let sql = format!(
+        "SELECT * FROM (
+             SELECT g.fingerprint, g.failure_class, g.workflow_id, g.workflow_name, g.node_name,
+                    g.sample_message, g.first_seen_at, g.last_seen_at, g.records,
+                    (SELECT count(*) FROM dead_letters d
+                      WHERE d.fingerprint = g.fingerprint AND d.status NOT IN {CLOSED_SQL}) AS open,
+                    g.poison, g.poison_since
+             FROM groups g
+             WHERE (?1 IS NULL OR g.failure_class = ?1)
+               AND (?2 IS NULL OR g.workflow_id = ?2 OR g.workflow_name = ?2)
+               AND (?3 = 0 OR g.poison = 1))
+         WHERE (?4 = 0 OR open > 0)
+         ORDER BY last_seen_at DESC LIMIT ?5"
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(
+            params![
+                f.failure_class.map(FailureClass::as_str),
+                f.workflow,
+                f.poison_only,
+                f.open_only,
+                f.limit.clamp(1, 1000) as i64
+            ],
+            |r| {
+                Ok(GroupSummary {
+                    fingerprint: Fingerprint::from_i64(r.get(0)?),
+                    failure_class: r.get(1)?,
+                    workflow_id: r.get(2)?,
+                    workflow_name: r.get(3)?,
+                    node_name: r.get(4)?,
+                    sample_message: r.get(5)?,
+                    first_seen_at: ms_to_time(r.get(6)?),
+                    last_seen_at: ms_to_time(r.get(7)?),
+                    count: r.get(8)?,
+                    open: r.get(9)?,
+                    poison: r.get(10)?,
+                    poison_since: r.get::<_, Option<i64>>(11)?.map(ms_to_time),
+                })
+            },
+        )?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
 }

@@ -84,8 +84,44 @@ CREATE TABLE events (
 CREATE INDEX events_record ON events(record_id, id);
 ";
 
+/// Triage: optimistic-concurrency version, the payload version a replay sends, tags, flags,
+/// and failure groups (one row per fingerprint, kept up to date at ingest, so listing groups
+/// and detecting poison never scan the records).
+const V2: &str = "
+ALTER TABLE dead_letters ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE dead_letters ADD COLUMN payload_version INTEGER;
+ALTER TABLE dead_letters ADD COLUMN tags TEXT;
+ALTER TABLE dead_letters ADD COLUMN poison INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE dead_letters ADD COLUMN credential_incident INTEGER NOT NULL DEFAULT 0;
+UPDATE dead_letters SET payload_version = 1
+    WHERE EXISTS (SELECT 1 FROM payloads p WHERE p.record_id = dead_letters.id AND p.kind = 'item');
+
+CREATE TABLE groups (
+    fingerprint     INTEGER PRIMARY KEY,
+    failure_class   TEXT    NOT NULL,
+    workflow_id     TEXT,
+    workflow_name   TEXT,
+    node_name       TEXT,
+    sample_message  TEXT,
+    first_seen_at   INTEGER NOT NULL,
+    last_seen_at    INTEGER NOT NULL,
+    records         INTEGER NOT NULL,
+    -- Poison detection: records created since window_start (reset when the window passes).
+    window_start    INTEGER NOT NULL,
+    window_records  INTEGER NOT NULL,
+    poison          INTEGER NOT NULL DEFAULT 0,
+    poison_since    INTEGER
+);
+INSERT INTO groups (fingerprint, failure_class, workflow_id, workflow_name, node_name, sample_message,
+                    first_seen_at, last_seen_at, records, window_start, window_records)
+    SELECT fingerprint, failure_class, workflow_id, workflow_name, node_name, error_message,
+           min(first_seen_at), max(last_seen_at), count(*), max(first_seen_at), 0
+    FROM dead_letters GROUP BY fingerprint;
+CREATE INDEX groups_last_seen ON groups(last_seen_at);
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
@@ -127,6 +163,43 @@ mod tests {
         let names: Vec<String> = Status::CLOSED.iter().map(|s| format!("'{s}'")).collect();
         assert_eq!(CLOSED_SQL, format!("({})", names.join(",")));
         assert!(V1.contains(&format!("WHERE status NOT IN {CLOSED_SQL}")));
+    }
+
+    #[test]
+    fn a_version_1_file_with_records_migrates_to_the_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(V1).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        c.execute_batch(
+            "INSERT INTO dead_letters (id, partition, status, source, failure_class, class_rule, fingerprint,
+                 first_seen_at, last_seen_at, updated_at, workflow_id, error_message)
+             VALUES (1, 'default', 'new', 'envelope', 'unknown', 'default', 42, 10, 20, 20, 'w', 'boom'),
+                    (2, 'default', 'new', 'envelope', 'unknown', 'default', 42, 30, 40, 40, 'w', 'boom');
+             INSERT INTO payloads (record_id, kind, version, codec, size, sha256, bytes, created_at, actor)
+             VALUES (2, 'item', 1, 'raw', 1, x'00', x'31', 30, 'ingest');",
+        )
+        .unwrap();
+        let mut c = c;
+        migrate(&mut c, &path).unwrap();
+        assert_eq!(version(&c).unwrap(), LATEST);
+        let (records, first, last): (i64, i64, i64) = c
+            .query_row(
+                "SELECT records, first_seen_at, last_seen_at FROM groups WHERE fingerprint = 42",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!((records, first, last), (2, 10, 40));
+        let pv: Vec<Option<i64>> = c
+            .prepare("SELECT payload_version FROM dead_letters ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(pv, vec![None, Some(1)]);
     }
 
     #[test]

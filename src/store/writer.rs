@@ -2,64 +2,48 @@
 //!
 //! Callers send a request and await its answer. The thread blocks for the first request, then
 //! takes every other one already waiting (up to `max_batch`), applies them all inside one
-//! `BEGIN IMMEDIATE … COMMIT` — each under its own savepoint, so one failing request never
-//! sinks the others — and answers each only after the commit (`synchronous=FULL`) returned.
+//! `BEGIN IMMEDIATE … COMMIT` — a request that fails sinks no other — and answers each only
+//! after the commit (`synchronous=FULL`) returned. What each request does is in `apply`.
 //! While it is in fsync, new requests queue up and form the next batch: that is how ingest
 //! gets far past one fsync per request.
 //!
 //! Nothing expensive happens here: documents arrive already encoded (see `codec`). WAL
-//! checkpoints stay on this thread (SQLite's auto-checkpoint every 1000 pages): measured, a
+//! checkpoints stay on this thread (SQLite's auto-checkpoint): measured, a
 //! separate checkpointer thread was slower, because under steady load the WAL could never be
 //! reset and kept growing into freshly allocated file blocks.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, TransactionBehavior};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::codec::Encoded;
-use super::schema::CLOSED_SQL;
+use super::apply::{self, Change, GroupAction, GroupItem, IngestOutcome, NewRecord, PoisonRule};
+use super::query::RecordSummary;
 use super::StoreError;
-use crate::model::{EventKind, FailureClass, FailureFacts, Fingerprint, RecordId, Source, Status};
 
-/// One failure ready to store: parsed, redacted, classified, its documents encoded.
-#[derive(Debug, Clone)]
-pub struct NewRecord {
-    pub partition: String,
-    pub source: Source,
-    pub status: Status,
-    pub failure_class: FailureClass,
-    pub class_rule: String,
-    pub fingerprint: Fingerprint,
-    pub dedup_key: Option<[u8; 16]>,
-    pub at_ms: i64,
-    pub actor: String,
-    pub facts: FailureFacts,
-    pub payload: Option<Encoded>,
-    pub error: Option<Encoded>,
+/// What the writer can be asked to do.
+enum Op {
+    Ingest(Box<NewRecord>),
+    Change(Box<Change>),
+    Group(Box<GroupAction>),
 }
 
-/// What ingest did with one record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IngestOutcome {
-    pub id: RecordId,
-    pub status: Status,
-    /// False when an open record with the same identity absorbed it as another occurrence.
-    pub created: bool,
-    pub occurrences: i64,
+/// What it answers, one variant per `Op`.
+enum Done {
+    Ingested(IngestOutcome),
+    Changed(Box<RecordSummary>),
+    Group(Vec<GroupItem>),
 }
 
-enum Request {
-    Ingest {
-        rec: Box<NewRecord>,
-        reply: oneshot::Sender<Result<IngestOutcome, StoreError>>,
-        /// A place in the queue, given back when the request is answered (backpressure).
-        _slot: OwnedSemaphorePermit,
-    },
+struct Request {
+    op: Op,
+    reply: oneshot::Sender<Result<Done, StoreError>>,
+    /// A place in the queue, given back when the request is answered (backpressure).
+    _slot: OwnedSemaphorePermit,
 }
 
 /// A cheap, cloneable handle to the writer thread.
@@ -91,7 +75,11 @@ impl Writer {
     const QUEUE: usize = 8192;
 
     /// Start the writer thread on `conn`.
-    pub fn start(conn: Connection, max_batch: usize) -> Result<Writer, StoreError> {
+    pub fn start(
+        conn: Connection,
+        max_batch: usize,
+        poison: PoisonRule,
+    ) -> Result<Writer, StoreError> {
         // A std channel, not tokio's: the writer needs `recv_timeout` with sub-millisecond
         // precision to linger for a batch (tokio's timer ticks in milliseconds).
         let (tx, rx) = std::sync::mpsc::channel();
@@ -100,7 +88,7 @@ impl Writer {
         let handle = std::thread::Builder::new()
             .name("deadletter-writer".into())
             .spawn(move || {
-                run(conn, rx, max_batch.max(1));
+                run(conn, rx, max_batch.max(1), poison);
                 closing.close();
             })
             .map_err(|source| StoreError::Io {
@@ -116,8 +104,8 @@ impl Writer {
 
     async fn enqueue(
         &self,
-        rec: NewRecord,
-    ) -> Result<oneshot::Receiver<Result<IngestOutcome, StoreError>>, StoreError> {
+        op: Op,
+    ) -> Result<oneshot::Receiver<Result<Done, StoreError>>, StoreError> {
         let slot = self
             .slots
             .clone()
@@ -126,8 +114,8 @@ impl Writer {
             .map_err(|_| StoreError::WriterGone)?;
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Request::Ingest {
-                rec: Box::new(rec),
+            .send(Request {
+                op,
                 reply,
                 _slot: slot,
             })
@@ -135,10 +123,19 @@ impl Writer {
         Ok(answer)
     }
 
+    async fn call(&self, op: Op) -> Result<Done, StoreError> {
+        let answer = self.enqueue(op).await?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Store one failure; resolves once it is committed.
     pub async fn ingest(&self, rec: NewRecord) -> Result<IngestOutcome, StoreError> {
-        let answer = self.enqueue(rec).await?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        match self.call(Op::Ingest(Box::new(rec))).await? {
+            Done::Ingested(o) => Ok(o),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
     }
 
     /// Store several failures in order (they usually share one commit); one result each.
@@ -148,16 +145,43 @@ impl Writer {
     ) -> Vec<Result<IngestOutcome, StoreError>> {
         let mut waiting = Vec::with_capacity(recs.len());
         for rec in recs {
-            waiting.push(self.enqueue(rec).await);
+            waiting.push(self.enqueue(Op::Ingest(Box::new(rec))).await);
         }
         let mut out = Vec::with_capacity(waiting.len());
         for w in waiting {
             out.push(match w {
-                Ok(answer) => answer.await.unwrap_or(Err(StoreError::WriterGone)),
+                Ok(answer) => match answer.await {
+                    Ok(Ok(Done::Ingested(o))) => Ok(o),
+                    Ok(Ok(_)) => Err(StoreError::Corrupt(
+                        "writer answered another request".into(),
+                    )),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(StoreError::WriterGone),
+                },
                 Err(e) => Err(e),
             });
         }
         out
+    }
+
+    /// Apply an operator's change to one record; the record as it now is.
+    pub async fn change(&self, change: Change) -> Result<RecordSummary, StoreError> {
+        match self.call(Op::Change(Box::new(change))).await? {
+            Done::Changed(s) => Ok(*s),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    /// Apply one action to every open record of a failure group.
+    pub async fn group_action(&self, action: GroupAction) -> Result<Vec<GroupItem>, StoreError> {
+        match self.call(Op::Group(Box::new(action))).await? {
+            Done::Group(items) => Ok(items),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
     }
 
     pub fn is_alive(&self) -> bool {
@@ -183,7 +207,7 @@ fn drain(rx: &Receiver<Request>, batch: &mut Vec<Request>, max: usize) {
 /// sending again, and one fsync should serve them all. Without this, batches alternate between
 /// the few requests that made it before the writer woke and the many that arrived during the
 /// following commit (measured: ~15 per commit at 32 connections on a 4 ms-fsync disk).
-fn run(mut conn: Connection, rx: Receiver<Request>, max_batch: usize) {
+fn run(mut conn: Connection, rx: Receiver<Request>, max_batch: usize, poison: PoisonRule) {
     let mut batch = Vec::with_capacity(max_batch);
     let mut expected = 1;
     let mut last_commit = Duration::ZERO;
@@ -208,7 +232,7 @@ fn run(mut conn: Connection, rx: Receiver<Request>, max_batch: usize) {
             }
         }
         let started = Instant::now();
-        let results = commit_batch(&mut conn, &batch);
+        let results = commit_batch(&mut conn, &batch, poison);
         last_commit = started.elapsed();
         expected = batch.len();
         tracing::trace!(
@@ -217,11 +241,7 @@ fn run(mut conn: Connection, rx: Receiver<Request>, max_batch: usize) {
             "group commit"
         );
         for (req, res) in batch.drain(..).zip(results) {
-            match req {
-                Request::Ingest { reply, .. } => {
-                    let _ = reply.send(res);
-                }
-            }
+            let _ = req.reply.send(res);
         }
     }
     tracing::debug!("writer: channel closed, stopping");
@@ -235,10 +255,11 @@ fn run(mut conn: Connection, rx: Receiver<Request>, max_batch: usize) {
 fn commit_batch(
     conn: &mut Connection,
     batch: &[Request],
-) -> Vec<Result<IngestOutcome, StoreError>> {
-    match run_batch(conn, batch, false) {
+    poison: PoisonRule,
+) -> Vec<Result<Done, StoreError>> {
+    match run_batch(conn, batch, false, poison) {
         Ok(results) => results,
-        Err(BatchFailed::Request) => match run_batch(conn, batch, true) {
+        Err(BatchFailed::Request) => match run_batch(conn, batch, true, poison) {
             Ok(results) => results,
             Err(BatchFailed::Request) => unreachable!("isolated batches report per request"),
             Err(BatchFailed::Whole(e)) => fail_all(batch, e),
@@ -248,39 +269,49 @@ fn commit_batch(
 }
 
 enum BatchFailed {
-    /// A request failed on the fast path: redo the batch with isolation.
+    /// A request failed in SQL on the fast path: redo the batch with isolation.
     Request,
     /// The transaction itself failed: nothing was stored.
     Whole(StoreError),
 }
 
-fn fail_all(batch: &[Request], e: StoreError) -> Vec<Result<IngestOutcome, StoreError>> {
+fn fail_all(batch: &[Request], e: StoreError) -> Vec<Result<Done, StoreError>> {
     tracing::error!(error = %e, "writer: transaction failed; nothing in this batch was stored");
     batch.iter().map(|_| Err(clone_err(&e))).collect()
+}
+
+fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, StoreError> {
+    Ok(match op {
+        Op::Ingest(rec) => Done::Ingested(apply::ingest(conn, rec, poison)?),
+        Op::Change(c) => Done::Changed(Box::new(apply::change(conn, c)?)),
+        Op::Group(a) => Done::Group(apply::group_action(conn, a)?),
+    })
 }
 
 fn run_batch(
     conn: &mut Connection,
     batch: &[Request],
     isolate: bool,
-) -> Result<Vec<Result<IngestOutcome, StoreError>>, BatchFailed> {
+    poison: PoisonRule,
+) -> Result<Vec<Result<Done, StoreError>>, BatchFailed> {
     let mut tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| BatchFailed::Whole(e.into()))?;
     let mut results = Vec::with_capacity(batch.len());
     for req in batch {
-        let Request::Ingest { rec, .. } = req;
         if isolate {
-            let res = (|| -> Result<IngestOutcome, StoreError> {
+            let res = (|| -> Result<Done, StoreError> {
                 let sp = tx.savepoint()?;
-                let out = apply_ingest(&sp, rec)?;
+                let out = apply_op(&sp, &req.op, poison)?;
                 sp.commit()?;
                 Ok(out)
             })();
             results.push(res);
         } else {
-            match apply_ingest(&tx, rec) {
+            match apply_op(&tx, &req.op, poison) {
                 Ok(out) => results.push(Ok(out)),
+                // Refusals are checked before anything is written: nothing to undo.
+                Err(e) if e.is_refusal() => results.push(Err(e)),
                 // Dropping `tx` rolls the whole batch back.
                 Err(_) => return Err(BatchFailed::Request),
             }
@@ -295,109 +326,4 @@ fn clone_err(e: &StoreError) -> StoreError {
         StoreError::DiskFull(m) => StoreError::DiskFull(m.clone()),
         other => StoreError::Corrupt(format!("write failed: {other}")),
     }
-}
-
-fn apply_ingest(conn: &Connection, r: &NewRecord) -> Result<IngestOutcome, StoreError> {
-    if let Some(key) = &r.dedup_key {
-        let found: Option<(i64, String, i64)> = conn
-            .prepare_cached(&format!(
-                "SELECT id, status, occurrences FROM dead_letters
-                 WHERE partition = ?1 AND dedup_key = ?2 AND status NOT IN {CLOSED_SQL}
-                 ORDER BY id DESC LIMIT 1"
-            ))?
-            .query_row(params![r.partition, &key[..]], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-            })
-            .optional()?;
-        if let Some((id, status, occurrences)) = found {
-            conn.prepare_cached(
-                "UPDATE dead_letters SET occurrences = occurrences + 1, last_seen_at = ?2, updated_at = ?2
-                 WHERE id = ?1",
-            )?
-            .execute(params![id, r.at_ms])?;
-            let status = status.parse::<Status>().map_err(StoreError::Corrupt)?;
-            return Ok(IngestOutcome {
-                id: RecordId::new(id),
-                status,
-                created: false,
-                occurrences: occurrences + 1,
-            });
-        }
-    }
-    conn.prepare_cached(
-        "INSERT INTO dead_letters (
-            partition, status, source, failure_class, class_rule, fingerprint, dedup_key,
-            first_seen_at, last_seen_at, updated_at,
-            workflow_id, workflow_name, execution_id, execution_url, execution_mode, retry_of,
-            node_name, node_type, http_status, error_code, error_name, error_message,
-            idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
-            business_object_type, business_object_id, replay_url)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
-    )?
-    .execute(params![
-        r.partition,
-        r.status.as_str(),
-        r.source.as_str(),
-        r.failure_class.as_str(),
-        r.class_rule,
-        r.fingerprint.as_i64(),
-        r.dedup_key.as_ref().map(|k| &k[..]),
-        r.at_ms,
-        r.facts.workflow_id,
-        r.facts.workflow_name,
-        r.facts.execution_id,
-        r.facts.execution_url,
-        r.facts.execution_mode,
-        r.facts.retry_of,
-        r.facts.node_name,
-        r.facts.node_type,
-        r.facts.http_status,
-        r.facts.error_code,
-        r.facts.error_name,
-        r.facts.error_message,
-        r.facts.idempotency_key,
-        r.facts.external_event_id,
-        r.facts.correlation_id,
-        r.facts.tenant_id,
-        r.facts.contract_version,
-        r.facts.business_object_type,
-        r.facts.business_object_id,
-        r.facts.replay_url,
-    ])?;
-    let id = conn.last_insert_rowid();
-    for (kind, doc) in [("item", &r.payload), ("error", &r.error)] {
-        if let Some(doc) = doc {
-            conn.prepare_cached(
-                "INSERT INTO payloads (record_id, kind, version, codec, size, sha256, bytes, created_at, actor)
-                 VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                id,
-                kind,
-                doc.codec.as_str(),
-                doc.size as i64,
-                &doc.sha256[..],
-                &doc.bytes,
-                r.at_ms,
-                r.actor
-            ])?;
-        }
-    }
-    conn.prepare_cached(
-        "INSERT INTO events (record_id, at, actor, kind, to_status) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
-        id,
-        r.at_ms,
-        r.actor,
-        EventKind::Created.as_str(),
-        r.status.as_str()
-    ])?;
-    Ok(IngestOutcome {
-        id: RecordId::new(id),
-        status: r.status,
-        created: true,
-        occurrences: 1,
-    })
 }

@@ -78,7 +78,7 @@ fn show_prints_the_record_its_payload_and_events() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     for want in [
-        "status            new",
+        "status            retry_scheduled",
         "class             transient (rule transient-status)",
         "Call downstream",
         "\"orderId\": \"C-3003\"",

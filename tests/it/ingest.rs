@@ -35,7 +35,10 @@ fn every_error_trigger_fixture_ingests_and_reads_back() {
         let body = fixture(name);
         let r = s.post("/v1/n8n/error-trigger", body.clone());
         assert_eq!(r.status, 201, "{name}: {}", r.text);
-        assert_eq!(r.json["status"], "new");
+        assert_eq!(
+            r.json["status"], "retry_scheduled",
+            "transient and unknown failures are retried by default"
+        );
         assert_eq!(r.json["failure_class"], class, "{name}");
         let id = r.json["id"].as_i64().unwrap();
 
@@ -58,7 +61,7 @@ fn every_error_trigger_fixture_ingests_and_reads_back() {
         assert_eq!(j["error"], sent["execution"]["error"], "{name}");
         assert_eq!(j["payload"], Value::Null);
         assert_eq!(j["events"][0]["kind"], "created");
-        assert_eq!(j["events"][0]["to_status"], "new");
+        assert_eq!(j["events"][0]["to_status"], "retry_scheduled");
     }
     let r = s.get("/v1/dead-letters/3");
     assert_eq!(r.json["error_code"], "ECONNREFUSED");

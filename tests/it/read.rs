@@ -97,7 +97,8 @@ fn filters_narrow_the_list() {
     assert_eq!(q("partition=default"), vec![3, 2, 1]);
     assert_eq!(q("workflow=dlqMainWf0000001"), vec![1]);
     assert_eq!(q("workflow=Orders%20via%20HTTP%20500%20(fails)"), vec![2]);
-    assert_eq!(q("status=new").len(), 4);
+    assert_eq!(q("status=retry_scheduled"), vec![3, 2, 1]);
+    assert_eq!(q("status=review"), vec![4], "conflicts wait for a person");
     assert_eq!(q("status=resolved"), Vec::<i64>::new());
     assert_eq!(q("q=REFUSED"), vec![3]);
     assert_eq!(q("q=100%25"), Vec::<i64>::new());

@@ -1,0 +1,522 @@
+//! What the writer does with each request, inside its transaction. Every function validates
+//! before it writes, so a refusal (not found, stale version, illegal move) leaves nothing
+//! behind and needs no rollback; only SQL failures do.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::json;
+
+use super::codec::Encoded;
+use super::query::{self, RecordSummary};
+use super::schema::CLOSED_SQL;
+use super::StoreError;
+use crate::model::{
+    EventKind, FailureClass, FailureFacts, Fingerprint, Mover, RecordId, Source, Status,
+};
+
+/// One failure ready to store: parsed, redacted, classified, its documents encoded, its class
+/// policy applied.
+#[derive(Debug, Clone)]
+pub struct NewRecord {
+    pub partition: String,
+    pub source: Source,
+    /// Where the class policy sends it (poison detection may still send it to review).
+    pub status: Status,
+    pub failure_class: FailureClass,
+    pub class_rule: String,
+    pub fingerprint: Fingerprint,
+    pub dedup_key: Option<[u8; 16]>,
+    pub at_ms: i64,
+    pub actor: String,
+    pub owner: Option<String>,
+    pub due_at_ms: Option<i64>,
+    pub credential_incident: bool,
+    pub facts: FailureFacts,
+    pub payload: Option<Encoded>,
+    pub error: Option<Encoded>,
+}
+
+/// What ingest did with one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestOutcome {
+    pub id: RecordId,
+    pub status: Status,
+    /// False when an open record with the same identity absorbed it as another occurrence.
+    pub created: bool,
+    pub occurrences: i64,
+    /// Its fingerprint has failed too often: it went straight to review.
+    pub poison: bool,
+}
+
+/// Poison detection settings, from config.
+#[derive(Debug, Clone, Copy)]
+pub struct PoisonRule {
+    pub threshold: u32,
+    pub window_ms: i64,
+}
+
+/// An operator's change to one record (PATCH): any of status, owner, note, tags, payload.
+#[derive(Debug, Clone, Default)]
+pub struct Change {
+    pub id: i64,
+    pub actor: String,
+    pub at_ms: i64,
+    /// Refuse the change unless the record is still at this version (optimistic concurrency).
+    pub expected_version: Option<i64>,
+    pub status: Option<(Status, Option<String>)>,
+    /// `Some(None)` takes the owner away.
+    pub owner: Option<Option<String>>,
+    pub note: Option<String>,
+    pub tags: Option<Vec<String>>,
+    pub payload: Option<PayloadEdit>,
+}
+
+/// A new payload version, encoded, with the RFC 6902 diff from the version it was made from.
+#[derive(Debug, Clone)]
+pub struct PayloadEdit {
+    pub doc: Encoded,
+    /// The version the operator edited (None: the record had no payload).
+    pub base_version: Option<i64>,
+    pub diff: serde_json::Value,
+}
+
+/// One bulk action over the open records of a failure group.
+#[derive(Debug, Clone)]
+pub struct GroupAction {
+    pub fingerprint: Fingerprint,
+    pub actor: String,
+    pub at_ms: i64,
+    pub kind: GroupActionKind,
+    /// Reason for the status change (required for skip), or the owner for assign.
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupActionKind {
+    Resolve,
+    Skip,
+    Assign,
+    ReadyForReplay,
+}
+
+/// What a bulk action did to one record.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GroupItem {
+    pub id: i64,
+    pub ok: bool,
+    pub status: Status,
+    pub error: Option<String>,
+}
+
+/// Who did something to which record, when: every audit event of one request shares it.
+struct Audit<'a> {
+    id: i64,
+    at: i64,
+    actor: &'a str,
+}
+
+impl Audit<'_> {
+    fn log(
+        &self,
+        conn: &Connection,
+        kind: EventKind,
+        from: Option<Status>,
+        to: Option<Status>,
+        detail: Option<serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        conn.prepare_cached(
+            "INSERT INTO events (record_id, at, actor, kind, from_status, to_status, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            self.id,
+            self.at,
+            self.actor,
+            kind.as_str(),
+            from.map(Status::as_str),
+            to.map(Status::as_str),
+            detail.map(|d| d.to_string())
+        ])?;
+        Ok(())
+    }
+}
+
+fn insert_document(
+    conn: &Connection,
+    id: i64,
+    kind: &str,
+    version: i64,
+    doc: &Encoded,
+    at: i64,
+    actor: &str,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO payloads (record_id, kind, version, codec, size, sha256, bytes, created_at, actor)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        id,
+        kind,
+        version,
+        doc.codec.as_str(),
+        doc.size as i64,
+        &doc.sha256[..],
+        &doc.bytes,
+        at,
+        actor
+    ])?;
+    Ok(())
+}
+
+/// Count a new record into its failure group and say whether the group is (now) poison.
+fn count_into_group(
+    conn: &Connection,
+    r: &NewRecord,
+    rule: PoisonRule,
+) -> Result<(bool, i64), StoreError> {
+    let (poison, in_window): (bool, i64) = conn
+        .prepare_cached(
+            "INSERT INTO groups (fingerprint, failure_class, workflow_id, workflow_name, node_name,
+                 sample_message, first_seen_at, last_seen_at, records, window_start, window_records)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 1, ?7, 1)
+             ON CONFLICT (fingerprint) DO UPDATE SET
+                 last_seen_at = excluded.last_seen_at,
+                 records = records + 1,
+                 window_records = CASE WHEN excluded.last_seen_at - window_start > ?8
+                                       THEN 1 ELSE window_records + 1 END,
+                 window_start = CASE WHEN excluded.last_seen_at - window_start > ?8
+                                     THEN excluded.last_seen_at ELSE window_start END
+             RETURNING poison, window_records",
+        )?
+        .query_row(
+            params![
+                r.fingerprint.as_i64(),
+                r.failure_class.as_str(),
+                r.facts.workflow_id,
+                r.facts.workflow_name,
+                r.facts.node_name,
+                r.facts.error_message,
+                r.at_ms,
+                rule.window_ms
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+    if !poison && in_window >= i64::from(rule.threshold) {
+        conn.prepare_cached(
+            "UPDATE groups SET poison = 1, poison_since = ?2 WHERE fingerprint = ?1",
+        )?
+        .execute(params![r.fingerprint.as_i64(), r.at_ms])?;
+        return Ok((true, in_window));
+    }
+    Ok((poison, in_window))
+}
+
+pub fn ingest(
+    conn: &Connection,
+    r: &NewRecord,
+    rule: PoisonRule,
+) -> Result<IngestOutcome, StoreError> {
+    if let Some(key) = &r.dedup_key {
+        let found: Option<(i64, String, i64, bool)> = conn
+            .prepare_cached(&format!(
+                "SELECT id, status, occurrences, poison FROM dead_letters
+                 WHERE partition = ?1 AND dedup_key = ?2 AND status NOT IN {CLOSED_SQL}
+                 ORDER BY id DESC LIMIT 1"
+            ))?
+            .query_row(params![r.partition, &key[..]], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .optional()?;
+        if let Some((id, status, occurrences, poison)) = found {
+            conn.prepare_cached(
+                "UPDATE dead_letters SET occurrences = occurrences + 1, last_seen_at = ?2, updated_at = ?2
+                 WHERE id = ?1",
+            )?
+            .execute(params![id, r.at_ms])?;
+            return Ok(IngestOutcome {
+                id: RecordId::new(id),
+                status: status.parse::<Status>().map_err(StoreError::Corrupt)?,
+                created: false,
+                occurrences: occurrences + 1,
+                poison,
+            });
+        }
+    }
+    let (poison, in_window) = count_into_group(conn, r, rule)?;
+    // A poison fingerprint never loops: its new records wait for a person.
+    let status = if poison { Status::Review } else { r.status };
+    conn.prepare_cached(
+        "INSERT INTO dead_letters (
+            partition, status, source, failure_class, class_rule, fingerprint, dedup_key,
+            first_seen_at, last_seen_at, updated_at,
+            workflow_id, workflow_name, execution_id, execution_url, execution_mode, retry_of,
+            node_name, node_type, http_status, error_code, error_name, error_message,
+            idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
+            business_object_type, business_object_id, replay_url,
+            owner, due_at, payload_version, poison, credential_incident)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
+    )?
+    .execute(params![
+        r.partition,
+        status.as_str(),
+        r.source.as_str(),
+        r.failure_class.as_str(),
+        r.class_rule,
+        r.fingerprint.as_i64(),
+        r.dedup_key.as_ref().map(|k| &k[..]),
+        r.at_ms,
+        r.facts.workflow_id,
+        r.facts.workflow_name,
+        r.facts.execution_id,
+        r.facts.execution_url,
+        r.facts.execution_mode,
+        r.facts.retry_of,
+        r.facts.node_name,
+        r.facts.node_type,
+        r.facts.http_status,
+        r.facts.error_code,
+        r.facts.error_name,
+        r.facts.error_message,
+        r.facts.idempotency_key,
+        r.facts.external_event_id,
+        r.facts.correlation_id,
+        r.facts.tenant_id,
+        r.facts.contract_version,
+        r.facts.business_object_type,
+        r.facts.business_object_id,
+        r.facts.replay_url,
+        r.owner,
+        r.due_at_ms,
+        r.payload.as_ref().map(|_| 1),
+        poison,
+        r.credential_incident,
+    ])?;
+    let id = conn.last_insert_rowid();
+    if let Some(doc) = &r.payload {
+        insert_document(conn, id, "item", 1, doc, r.at_ms, &r.actor)?;
+    }
+    if let Some(doc) = &r.error {
+        insert_document(conn, id, "error", 1, doc, r.at_ms, &r.actor)?;
+    }
+    let mut detail = serde_json::Map::new();
+    if poison {
+        detail.insert(
+            "poison".into(),
+            json!({"records_in_window": in_window, "threshold": rule.threshold, "window_ms": rule.window_ms}),
+        );
+    }
+    if r.credential_incident {
+        detail.insert("credential_incident".into(), json!(true));
+    }
+    if let Some(o) = &r.owner {
+        detail.insert("owner".into(), json!(o));
+    }
+    Audit {
+        id,
+        at: r.at_ms,
+        actor: &r.actor,
+    }
+    .log(
+        conn,
+        EventKind::Created,
+        None,
+        Some(status),
+        (!detail.is_empty()).then_some(serde_json::Value::Object(detail)),
+    )?;
+    Ok(IngestOutcome {
+        id: RecordId::new(id),
+        status,
+        created: true,
+        occurrences: 1,
+        poison,
+    })
+}
+
+/// Apply an operator's change: all checks first, then the writes, each audited.
+pub fn change(conn: &Connection, c: &Change) -> Result<RecordSummary, StoreError> {
+    let (status, version, owner, tags, payload_version): (
+        String,
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    ) = conn
+        .prepare_cached(
+            "SELECT status, version, owner, tags, payload_version FROM dead_letters WHERE id = ?1",
+        )?
+        .query_row([c.id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .optional()?
+        .ok_or(StoreError::NotFound(c.id))?;
+    let status = status.parse::<Status>().map_err(StoreError::Corrupt)?;
+    if let Some(expected) = c.expected_version {
+        if expected != version {
+            return Err(StoreError::Stale {
+                id: c.id,
+                expected,
+                current: version,
+            });
+        }
+    }
+    if let Some((to, reason)) = &c.status {
+        status.check_move(*to, Mover::Operator, reason.as_deref())?;
+    }
+    if let Some(edit) = &c.payload {
+        if edit.base_version != payload_version {
+            return Err(StoreError::Stale {
+                id: c.id,
+                expected: version,
+                current: version + 1,
+            });
+        }
+    }
+    let changes_something = c.status.is_some()
+        || c.owner.as_ref().is_some_and(|o| *o != owner)
+        || c.note.is_some()
+        || c.tags.as_ref().is_some_and(|t| Some(tags_json(t)) != tags)
+        || c.payload.is_some();
+    if !changes_something {
+        return Err(StoreError::Invalid("the change changes nothing".into()));
+    }
+
+    let audit = Audit {
+        id: c.id,
+        at: c.at_ms,
+        actor: &c.actor,
+    };
+    if let Some((to, reason)) = &c.status {
+        conn.prepare_cached("UPDATE dead_letters SET status = ?2 WHERE id = ?1")?
+            .execute(params![c.id, to.as_str()])?;
+        let detail = reason.as_ref().map(|r| json!({"reason": r}));
+        audit.log(
+            conn,
+            EventKind::StatusChanged,
+            Some(status),
+            Some(*to),
+            detail,
+        )?;
+    }
+    if let Some(new_owner) = c.owner.as_ref().filter(|o| **o != owner) {
+        conn.prepare_cached("UPDATE dead_letters SET owner = ?2 WHERE id = ?1")?
+            .execute(params![c.id, new_owner])?;
+        audit.log(
+            conn,
+            EventKind::Assigned,
+            None,
+            None,
+            Some(json!({"owner": new_owner, "previous": owner})),
+        )?;
+    }
+    if let Some(t) = c.tags.as_ref().filter(|t| Some(tags_json(t)) != tags) {
+        conn.prepare_cached("UPDATE dead_letters SET tags = ?2 WHERE id = ?1")?
+            .execute(params![c.id, tags_json(t)])?;
+        let previous: serde_json::Value = tags
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or(json!([]));
+        audit.log(
+            conn,
+            EventKind::Tagged,
+            None,
+            None,
+            Some(json!({"tags": t, "previous": previous})),
+        )?;
+    }
+    if let Some(edit) = &c.payload {
+        let new_version = payload_version.unwrap_or(0) + 1;
+        insert_document(
+            conn,
+            c.id,
+            "item",
+            new_version,
+            &edit.doc,
+            c.at_ms,
+            &c.actor,
+        )?;
+        conn.prepare_cached("UPDATE dead_letters SET payload_version = ?2 WHERE id = ?1")?
+            .execute(params![c.id, new_version])?;
+        audit.log(conn, EventKind::PayloadEdited,
+            None,
+            None,
+            Some(
+                json!({"version": new_version, "base_version": edit.base_version, "diff": edit.diff}),
+            ),
+        )?;
+    }
+    if let Some(note) = &c.note {
+        audit.log(
+            conn,
+            EventKind::Noted,
+            None,
+            None,
+            Some(json!({"note": note})),
+        )?;
+    }
+    conn.prepare_cached(
+        "UPDATE dead_letters SET version = version + 1, updated_at = ?2 WHERE id = ?1",
+    )?
+    .execute(params![c.id, c.at_ms])?;
+    query::summary_by_id(conn, c.id)
+}
+
+fn tags_json(tags: &[String]) -> String {
+    serde_json::to_string(tags).unwrap_or_else(|_| "[]".into())
+}
+
+/// Apply one action to every open record of a group, each audited on its own; a record the
+/// action does not fit (an illegal move) is reported and left as it was.
+pub fn group_action(conn: &Connection, a: &GroupAction) -> Result<Vec<GroupItem>, StoreError> {
+    let ids: Vec<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT id FROM dead_letters WHERE fingerprint = ?1 AND status NOT IN {CLOSED_SQL} ORDER BY id"
+        ))?
+        .query_map([a.fingerprint.as_i64()], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if ids.is_empty() {
+        let known: bool = conn
+            .prepare_cached("SELECT 1 FROM groups WHERE fingerprint = ?1")?
+            .query_row([a.fingerprint.as_i64()], |_| Ok(true))
+            .optional()?
+            .unwrap_or(false);
+        if !known {
+            return Err(StoreError::NoGroup(a.fingerprint.to_string()));
+        }
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let mut c = Change {
+            id,
+            actor: a.actor.clone(),
+            at_ms: a.at_ms,
+            ..Change::default()
+        };
+        match a.kind {
+            GroupActionKind::Resolve => c.status = Some((Status::Resolved, a.text.clone())),
+            GroupActionKind::Skip => c.status = Some((Status::Skipped, a.text.clone())),
+            GroupActionKind::ReadyForReplay => {
+                c.status = Some((Status::ReadyForReplay, a.text.clone()))
+            }
+            GroupActionKind::Assign => c.owner = Some(a.text.clone()),
+        }
+        match change(conn, &c) {
+            Ok(s) => out.push(GroupItem {
+                id,
+                ok: true,
+                status: s.status,
+                error: None,
+            }),
+            Err(e) if e.is_refusal() => {
+                let status = query::summary_by_id(conn, id)?.status;
+                out.push(GroupItem {
+                    id,
+                    ok: false,
+                    status,
+                    error: Some(e.to_string()),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
