@@ -17,6 +17,14 @@ pub struct Cli {
     #[arg(long, global = true, env = "DEADLETTER_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
+    /// The running server, for the verbs that change records (default: http:// + server.listen).
+    #[arg(long, global = true, env = "DEADLETTER_URL", value_name = "URL")]
+    pub server: Option<String>,
+
+    /// Who you are, for the audit trail of the verbs that change records (default: $USER).
+    #[arg(long, global = true, env = "DEADLETTER_ACTOR", value_name = "NAME")]
+    pub actor: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -30,9 +38,87 @@ pub enum Command {
     List(ListArgs),
     /// Show one dead letter with its payload, error and audit events.
     Show(ShowArgs),
+    /// Mark records resolved (needs the server).
+    Resolve(VerbArgs),
+    /// Skip records, saying why (needs the server).
+    Skip(VerbArgs),
+    /// Give records an owner, or take it away with --unassign (needs the server).
+    Assign(AssignArgs),
+    /// Add a note to a record's audit trail (needs the server).
+    Note(NoteArgs),
+    /// Reopen closed records for review, saying why (needs the server).
+    Reopen(VerbArgs),
+    /// Edit a record's payload in $EDITOR; the original is kept (needs the server).
+    Edit(EditArgs),
+    /// List failure groups (fingerprints), most recent first (needs the server).
+    Groups(GroupsArgs),
     /// Write or validate the config file.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct VerbArgs {
+    /// Record ids.
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+    /// Why (required for skip and reopen).
+    #[arg(long, alias = "note")]
+    pub reason: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AssignArgs {
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+    #[arg(
+        long,
+        required_unless_present = "unassign",
+        conflicts_with = "unassign"
+    )]
+    pub owner: Option<String>,
+    #[arg(long)]
+    pub unassign: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NoteArgs {
+    pub id: String,
+    pub text: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EditArgs {
+    pub id: String,
+    /// Save without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GroupsArgs {
+    /// Only groups with open records.
+    #[arg(long)]
+    pub open: bool,
+    /// Only poison groups.
+    #[arg(long)]
+    pub poison: bool,
+    #[arg(long = "class")]
+    pub failure_class: Option<String>,
+    #[arg(long)]
+    pub workflow: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -13,7 +13,7 @@ use crate::model::{
     parse_envelope, parse_error_trigger, InputError, ParsedFailure, Partition, ShortText, Source,
 };
 use crate::redact::{cap_request_headers, Redactor};
-use crate::store::{codec, NewRecord};
+use crate::store::{codec, Encoded, NewRecord};
 
 /// What the request itself says, beside its body (query parameters and headers).
 #[derive(Debug, Clone, Default)]
@@ -68,6 +68,29 @@ impl Ingestor {
             f.facts.idempotency_key = ctx.idempotency_key.clone().map(ShortText::into_string);
         }
         Ok(self.finish(f, body, ctx, now_ms))
+    }
+
+    /// An operator's new payload, made ready to store like an ingested one: redacted (the raw
+    /// bytes kept when nothing had to change) and encoded. Returns the stored form and the
+    /// redacted value (for the diff).
+    pub fn prepare_payload(
+        &self,
+        raw: &RawValue,
+    ) -> Result<(Encoded, serde_json::Value), InputError> {
+        let mut value: serde_json::Value =
+            serde_json::from_str(raw.get()).map_err(|e| InputError::Field {
+                path: "payload".into(),
+                message: format!("cannot be read: {e}"),
+            })?;
+        let bytes = if self.redactor.redact_value(&mut value) {
+            value.to_string().into_bytes()
+        } else {
+            raw.get().as_bytes().to_vec()
+        };
+        Ok((
+            codec::encode(&bytes, self.compress_above, self.zstd_level),
+            value,
+        ))
     }
 
     /// Split a batch body into its elements (each is then `prepare`d on its own).

@@ -23,10 +23,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return commands::config::run(cmd);
     }
     let config = commands::load_config(&cli)?;
+    let (server, actor) = (cli.server.clone(), cli.actor.clone());
+    let client = || commands::client::Client::new(server.as_deref(), actor.as_deref(), &config);
     match cli.command {
         Command::Serve(args) => commands::serve::run(config, args),
         Command::List(args) => commands::list::run(&config, args),
         Command::Show(args) => commands::show::run(&config, args),
+        Command::Resolve(args) => commands::resolve::run(&client()?, args),
+        Command::Skip(args) => commands::skip::run(&client()?, args),
+        Command::Reopen(args) => commands::reopen::run(&client()?, args),
+        Command::Assign(args) => commands::assign::run(&client()?, args),
+        Command::Note(args) => commands::note::run(&client()?, args),
+        Command::Edit(args) => commands::edit::run(&client()?, args),
+        Command::Groups(args) => commands::groups::run(&client()?, args),
         Command::Config(_) => unreachable!("handled above"),
     }
 }

@@ -1,10 +1,18 @@
 //! One file per subcommand, each with `run(…) -> anyhow::Result<()>`. The only place that
 //! prints for humans. Exit codes live in `ExitCode`.
 
+pub mod assign;
+pub mod client;
 pub mod config;
+pub mod edit;
+pub mod groups;
 pub mod list;
+pub mod note;
+pub mod reopen;
+pub mod resolve;
 pub mod serve;
 pub mod show;
+pub mod skip;
 
 use std::path::PathBuf;
 

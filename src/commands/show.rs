@@ -164,15 +164,65 @@ fn render(rec: &RecordDetail, now: chrono::DateTime<chrono::Utc>) -> String {
     for e in &rec.events {
         let _ = writeln!(
             out,
-            "  {}  {:<10} by {}{}",
+            "  {}  {:<14} by {}{}",
             e.at.to_rfc3339(),
             e.kind,
             e.actor,
-            e.to_status
-                .as_ref()
-                .map(|s| format!(" -> {s}"))
-                .unwrap_or_default()
+            event_detail(e)
         );
     }
     out
+}
+
+/// The part of an event worth a line: the move, the owner, the note, the diff size.
+fn event_detail(e: &crate::store::EventView) -> String {
+    let d = e.detail.as_ref();
+    let text = |k: &str| {
+        d.and_then(|d| d.get(k))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let mut parts = Vec::new();
+    match (&e.from_status, &e.to_status) {
+        (Some(f), Some(t)) => parts.push(format!("{f} -> {t}")),
+        (None, Some(t)) => parts.push(format!("-> {t}")),
+        _ => {}
+    }
+    if let Some(r) = text("reason") {
+        parts.push(format!("because: {r}"));
+    }
+    if let Some(n) = text("note") {
+        parts.push(format!("\"{n}\""));
+    }
+    if e.kind == "assigned" {
+        parts.push(match text("owner") {
+            Some(o) => format!("owner {o}"),
+            None => "unassigned".into(),
+        });
+    }
+    if let Some(t) = d.and_then(|d| d.get("tags")) {
+        parts.push(format!("tags {t}"));
+    }
+    if e.kind == "payload_edited" {
+        let v = d
+            .and_then(|d| d.get("version"))
+            .cloned()
+            .unwrap_or_default();
+        let ops = d
+            .and_then(|d| d.get("diff"))
+            .and_then(|x| x.as_array())
+            .map_or(0, Vec::len);
+        parts.push(format!("version {v}, {ops} change(s)"));
+    }
+    if d.and_then(|d| d.get("poison")).is_some() {
+        parts.push("poison".into());
+    }
+    if d.and_then(|d| d.get("credential_incident")).is_some() {
+        parts.push("credential incident".into());
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", parts.join("; "))
+    }
 }

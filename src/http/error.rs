@@ -75,7 +75,25 @@ impl From<InputError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound(_) => ApiError::not_found(e.to_string()),
+            StoreError::NotFound(_) | StoreError::NoGroup(_) => ApiError::not_found(e.to_string()),
+            StoreError::Stale { .. } => ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "stale_version",
+                e.to_string(),
+            ),
+            StoreError::IllegalMove(crate::model::MoveError::ReasonRequired { .. }) => {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "reason_required",
+                    e.to_string(),
+                )
+            }
+            StoreError::IllegalMove(_) => {
+                ApiError::new(StatusCode::CONFLICT, "illegal_transition", e.to_string())
+            }
+            StoreError::Invalid(m) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_change", m)
+            }
             StoreError::DiskFull(_) => {
                 tracing::error!(error = %e, "storage: disk full");
                 ApiError::new(

@@ -254,12 +254,7 @@ fn request_parts(
         ),
         None => None,
     };
-    let actor = match header_str("x-deadletter-actor")? {
-        Some(a) => ShortText::parse("X-Deadletter-Actor", &a, 128)
-            .map_err(|m| ApiError::invalid("X-Deadletter-Actor", m))?
-            .into_string(),
-        None => "ingest".to_owned(),
-    };
+    let actor = super::actor(headers, "ingest")?;
     Ok((
         RequestContext {
             partition,

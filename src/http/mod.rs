@@ -5,6 +5,7 @@
 mod error;
 mod ingest;
 mod read;
+mod triage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,12 +36,36 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/n8n/error-trigger", post(ingest::error_trigger))
         .route("/v1/dead-letters", post(ingest::envelope).get(read::list))
         .route("/v1/dead-letters/batch", post(ingest::batch))
-        .route("/v1/dead-letters/{id}", get(read::show))
+        .route(
+            "/v1/dead-letters/{id}",
+            get(read::show).patch(triage::patch),
+        )
+        .route("/v1/groups", get(triage::groups))
+        .route(
+            "/v1/groups/{fingerprint}/actions",
+            post(triage::group_action),
+        )
         .route("/v1/dead-letters/{id}/payload", get(read::payload))
         .route("/healthz", get(read::healthz))
         .route("/readyz", get(read::readyz))
         .with_state(state);
     with_layers(api, body_limit)
+}
+
+/// Who is asking: the `X-Deadletter-Actor` header (a person's name, a workflow, a script), or
+/// `default`. The access-control issue will bind it to the caller's token.
+pub(crate) fn actor(headers: &axum::http::HeaderMap, default: &str) -> Result<String, ApiError> {
+    match headers.get("x-deadletter-actor") {
+        None => Ok(default.to_owned()),
+        Some(v) => {
+            let v = v.to_str().map_err(|_| {
+                ApiError::bad_request("header X-Deadletter-Actor is not visible ASCII")
+            })?;
+            crate::model::ShortText::parse("X-Deadletter-Actor", v, 128)
+                .map(crate::model::ShortText::into_string)
+                .map_err(|m| ApiError::invalid("X-Deadletter-Actor", m))
+        }
+    }
 }
 
 /// The layers every route gets; the bench harness wraps its parse-only handler in the same.

@@ -108,22 +108,58 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    let body = read(&state.store.readers, move |p| p.get(id)?.to_json()).await?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    let (version, body) = read(&state.store.readers, move |p| {
+        let detail = p.get(id)?;
+        Ok((detail.summary.version, detail.to_json()?))
+    })
+    .await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::ETAG, format!("\"{version}\"")),
+        ],
+        body,
+    )
+        .into_response())
 }
 
-/// The newest payload version, byte for byte as stored.
+#[derive(Debug, Deserialize, Default)]
+pub struct PayloadQuery {
+    version: Option<i64>,
+}
+
+/// A payload version (default: the newest, what a replay sends), byte for byte as stored.
 pub async fn payload(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    query: Result<Query<PayloadQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    let doc = read(&state.store.readers, move |p| p.get(id)).await?;
-    match doc.payload {
-        Some(d) => Ok(([(header::CONTENT_TYPE, "application/json")], d.json).into_response()),
-        None => Err(ApiError::not_found(format!(
-            "dead letter {id} has no payload (an Error Trigger record carries only the error)"
-        ))),
+    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
+    let version = q.version;
+    let doc = read(&state.store.readers, move |p| {
+        p.summary(id)?;
+        p.payload(id, version)
+    })
+    .await?;
+    match doc {
+        Some(d) => Ok((
+            [
+                (header::CONTENT_TYPE, "application/json".to_owned()),
+                (
+                    header::HeaderName::from_static("x-deadletter-payload-version"),
+                    d.version.to_string(),
+                ),
+            ],
+            d.json,
+        )
+            .into_response()),
+        None => Err(ApiError::not_found(match version {
+            Some(v) => format!("dead letter {id} has no payload version {v}"),
+            None => format!(
+                "dead letter {id} has no payload (an Error Trigger record carries only the error)"
+            ),
+        })),
     }
 }
 

@@ -250,3 +250,31 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod readme {
+    /// README's diagram is this table's: regenerate with
+    /// `DEADLETTER_WRITE_README=1 cargo test --lib readme_diagram`.
+    #[test]
+    fn readme_diagram_matches_the_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let block = format!("\n```mermaid\n{}```\n", super::mermaid());
+        let (start, end) = (
+            "<!-- status-diagram:start -->",
+            "<!-- status-diagram:end -->",
+        );
+        let (Some(a), Some(b)) = (readme.find(start), readme.find(end)) else {
+            panic!("README.md lacks the status-diagram markers");
+        };
+        let current = &readme[a + start.len()..b];
+        if current != block {
+            if std::env::var_os("DEADLETTER_WRITE_README").is_some() {
+                let updated = format!("{}{block}{}", &readme[..a + start.len()], &readme[b..]);
+                std::fs::write(path, updated).unwrap();
+            } else {
+                panic!("README's status diagram differs from the table; rerun with DEADLETTER_WRITE_README=1");
+            }
+        }
+    }
+}

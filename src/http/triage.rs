@@ -1,0 +1,328 @@
+//! Triage handlers: `PATCH /v1/dead-letters/{id}` (status, owner, note, tags, payload edit,
+//! with optimistic concurrency), `GET /v1/groups` and `POST /v1/groups/{fingerprint}/actions`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Deserializer};
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::{actor, ApiError, AppState};
+use crate::model::{FailureClass, Fingerprint, RecordId, ShortText, Status};
+use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, PayloadEdit, RecordSummary};
+
+pub const MAX_NOTE_BYTES: usize = 4096;
+pub const MAX_TAGS: usize = 32;
+
+/// Absent → None; `null` → Some(None); a value → Some(Some(v)).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchBody {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    owner: Option<Option<String>>,
+    #[serde(default)]
+    note: Option<String>,
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+    #[serde(default)]
+    payload: Option<Box<RawValue>>,
+    #[serde(default)]
+    version: Option<i64>,
+}
+
+fn json_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    headers: &HeaderMap,
+) -> Result<T, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .eq_ignore_ascii_case("application/json")
+    {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with `Content-Type: application/json`",
+        ));
+    }
+    let body = body.map_err(|e| ApiError::new(e.status(), "bad_request", e.body_text()))?;
+    let de = &mut serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                format!("the body is not valid JSON: {inner}"),
+            )
+        } else {
+            ApiError::invalid(if path == "." { "$" } else { &path }, inner)
+        }
+    })
+}
+
+/// The version the client read: `If-Match: "3"` (or `W/"3"`), or `version` in the body.
+fn expected_version(headers: &HeaderMap, body: Option<i64>) -> Result<Option<i64>, ApiError> {
+    let header = match headers.get(header::IF_MATCH) {
+        None => None,
+        Some(v) => {
+            let t = v
+                .to_str()
+                .unwrap_or("")
+                .trim()
+                .trim_start_matches("W/")
+                .trim_matches('"');
+            Some(t.parse::<i64>().map_err(|_| {
+                ApiError::invalid(
+                    "If-Match",
+                    format!("`{t}` is not a version this server sent"),
+                )
+            })?)
+        }
+    };
+    match (header, body) {
+        (Some(h), Some(b)) if h != b => Err(ApiError::invalid("version", "differs from If-Match")),
+        (h, b) => Ok(h.or(b)),
+    }
+}
+
+fn short(field: &str, v: &str, max: usize) -> Result<String, ApiError> {
+    ShortText::parse(field, v, max)
+        .map(ShortText::into_string)
+        .map_err(|m| ApiError::invalid(field, m))
+}
+
+pub fn with_etag(summary: &RecordSummary) -> Response {
+    (
+        [(header::ETAG, format!("\"{}\"", summary.version))],
+        Json(summary),
+    )
+        .into_response()
+}
+
+pub async fn patch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = RecordId::parse(&id).map_err(ApiError::not_found)?.get();
+    let b: PatchBody = json_body(body, &headers)?;
+    let mut change = Change {
+        id,
+        actor: actor(&headers, "api")?,
+        at_ms: chrono::Utc::now().timestamp_millis(),
+        expected_version: expected_version(&headers, b.version)?,
+        ..Change::default()
+    };
+    let reason = b
+        .reason
+        .map(|r| short("reason", &r, MAX_NOTE_BYTES))
+        .transpose()?;
+    match b.status {
+        Some(s) => {
+            let to = s
+                .parse::<Status>()
+                .map_err(|m| ApiError::invalid("status", m))?;
+            change.status = Some((to, reason));
+        }
+        None if reason.is_some() => {
+            return Err(ApiError::invalid(
+                "reason",
+                "goes with `status`; for a remark use `note`",
+            ))
+        }
+        None => {}
+    }
+    change.owner = b
+        .owner
+        .map(|o| o.map(|o| short("owner", &o, 128)).transpose())
+        .transpose()?;
+    change.note = b
+        .note
+        .map(|n| short("note", &n, MAX_NOTE_BYTES))
+        .transpose()?;
+    if let Some(tags) = b.tags {
+        if tags.len() > MAX_TAGS {
+            return Err(ApiError::invalid(
+                "tags",
+                format!("at most {MAX_TAGS} tags"),
+            ));
+        }
+        let mut clean: Vec<String> = Vec::new();
+        for (i, t) in tags.iter().enumerate() {
+            let t = short(&format!("tags[{i}]"), t, 64)?;
+            if !clean.contains(&t) {
+                clean.push(t);
+            }
+        }
+        change.tags = Some(clean);
+    }
+    if let Some(raw) = b.payload {
+        if change.expected_version.is_none() {
+            return Err(ApiError::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "version_required",
+                "a payload edit must say which version it edits: send If-Match (the ETag you read) or `version`",
+            ));
+        }
+        change.payload = Some(payload_edit(&state, id, &raw).await?);
+    }
+    let summary = state.store.writer.change(change).await?;
+    tracing::info!(id, version = summary.version, status = %summary.status, "record changed");
+    Ok(with_etag(&summary))
+}
+
+/// Redact and encode the new payload, and diff it (RFC 6902) against the version it replaces.
+/// The writer refuses the edit if another one landed in between (`base_version`).
+async fn payload_edit(state: &AppState, id: i64, raw: &RawValue) -> Result<PayloadEdit, ApiError> {
+    let (doc, new_value) = state.ingestor.prepare_payload(raw)?;
+    let readers = state.store.readers.clone();
+    let (base_version, old) =
+        tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+            let summary = readers.summary(id)?;
+            let old = readers.payload(id, summary.payload_version)?;
+            Ok((summary.payload_version, old))
+        })
+        .await
+        .map_err(|_| ApiError::internal())??;
+    let old_value = match old {
+        Some(d) => serde_json::from_str(&d.json).map_err(|_| ApiError::internal())?,
+        None => serde_json::Value::Null,
+    };
+    let diff = serde_json::to_value(json_patch::diff(&old_value, &new_value))
+        .map_err(|_| ApiError::internal())?;
+    Ok(PayloadEdit {
+        doc,
+        base_version,
+        diff,
+    })
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub struct GroupQuery {
+    open: Option<bool>,
+    poison: Option<bool>,
+    failure_class: Option<String>,
+    workflow: Option<String>,
+    limit: Option<usize>,
+}
+
+pub async fn groups(
+    State(state): State<AppState>,
+    query: Result<Query<GroupQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
+    let limit = q.limit.unwrap_or(50);
+    if limit == 0 || limit > 500 {
+        return Err(ApiError::invalid("limit", "must be from 1 to 500"));
+    }
+    let filter = GroupFilter {
+        open_only: q.open.unwrap_or(false),
+        poison_only: q.poison.unwrap_or(false),
+        failure_class: q
+            .failure_class
+            .map(|c| {
+                c.parse::<FailureClass>()
+                    .map_err(|m| ApiError::invalid("failure_class", m))
+            })
+            .transpose()?,
+        workflow: q.workflow,
+        limit,
+    };
+    let readers = state.store.readers.clone();
+    let groups = tokio::task::spawn_blocking(move || readers.groups(&filter))
+        .await
+        .map_err(|_| ApiError::internal())??;
+    Ok(Json(json!({ "groups": groups })).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionBody {
+    action: String,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    owner: Option<String>,
+}
+
+pub async fn group_action(
+    State(state): State<AppState>,
+    Path(fingerprint): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let fingerprint = Fingerprint::parse(&fingerprint).map_err(ApiError::not_found)?;
+    let b: ActionBody = json_body(body, &headers)?;
+    let (kind, text) = match b.action.as_str() {
+        "resolve" => (GroupActionKind::Resolve, b.reason),
+        "skip" => (GroupActionKind::Skip, b.reason),
+        "ready_for_replay" => (GroupActionKind::ReadyForReplay, b.reason),
+        "assign" => {
+            (
+                GroupActionKind::Assign,
+                Some(b.owner.ok_or_else(|| {
+                    ApiError::invalid("owner", "missing: `assign` needs an owner")
+                })?),
+            )
+        }
+        other => return Err(ApiError::invalid(
+            "action",
+            format!(
+                "`{other}` is not an action; expected resolve, skip, assign or ready_for_replay"
+            ),
+        )),
+    };
+    let text = text
+        .map(|t| short("reason", &t, MAX_NOTE_BYTES))
+        .transpose()?;
+    if kind == GroupActionKind::Skip && text.is_none() {
+        return Err(ApiError::invalid(
+            "reason",
+            "missing: skipping needs a reason",
+        ));
+    }
+    let items = state
+        .store
+        .writer
+        .group_action(GroupAction {
+            fingerprint,
+            actor: actor(&headers, "api")?,
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            kind,
+            text,
+        })
+        .await?;
+    let changed = items.iter().filter(|i| i.ok).count();
+    tracing::info!(%fingerprint, action = b.action, changed, refused = items.len() - changed, "group action");
+    Ok(Json(json!({
+        "fingerprint": fingerprint,
+        "action": b.action,
+        "changed": changed,
+        "refused": items.len() - changed,
+        "results": items,
+    }))
+    .into_response())
+}
