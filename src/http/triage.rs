@@ -276,25 +276,26 @@ pub async fn group_action(
 ) -> Result<Response, ApiError> {
     let fingerprint = Fingerprint::parse(&fingerprint).map_err(ApiError::not_found)?;
     let b: ActionBody = json_body(body, &headers)?;
-    let (kind, text) = match b.action.as_str() {
-        "resolve" => (GroupActionKind::Resolve, b.reason),
-        "skip" => (GroupActionKind::Skip, b.reason),
-        "ready_for_replay" => (GroupActionKind::ReadyForReplay, b.reason),
-        "assign" => {
-            (
+    let (kind, text) =
+        match b.action.as_str() {
+            "resolve" => (GroupActionKind::Resolve, b.reason),
+            "skip" => (GroupActionKind::Skip, b.reason),
+            "ready_for_replay" => (GroupActionKind::ReadyForReplay, b.reason),
+            "assign" => (
                 GroupActionKind::Assign,
                 Some(b.owner.ok_or_else(|| {
                     ApiError::invalid("owner", "missing: `assign` needs an owner")
                 })?),
-            )
-        }
-        other => return Err(ApiError::invalid(
-            "action",
-            format!(
+            ),
+            other => {
+                return Err(ApiError::invalid(
+                    "action",
+                    format!(
                 "`{other}` is not an action; expected resolve, skip, assign or ready_for_replay"
             ),
-        )),
-    };
+                ))
+            }
+        };
     let text = text
         .map(|t| short("reason", &t, MAX_NOTE_BYTES))
         .transpose()?;

@@ -115,6 +115,34 @@ impl Server {
         reply(res)
     }
 
+    /// PATCH a record as `actor`, optionally with `If-Match`.
+    pub fn patch(
+        &self,
+        id: i64,
+        body: serde_json::Value,
+        actor: &str,
+        if_match: Option<i64>,
+    ) -> Reply {
+        let mut req = self
+            .client
+            .patch(self.url(&format!("/v1/dead-letters/{id}")))
+            .header("content-type", "application/json")
+            .header("x-deadletter-actor", actor)
+            .body(body.to_string());
+        if let Some(v) = if_match {
+            req = req.header("if-match", format!("\"{v}\""));
+        }
+        reply(req.send().unwrap())
+    }
+
+    /// Run a CLI verb that talks to this server.
+    pub fn verb(&self, args: &[&str]) -> Output {
+        let url = self.url("");
+        let mut all = vec!["--server", url.as_str(), "--actor", "cli-tester"];
+        all.extend_from_slice(args);
+        self.cli(&all)
+    }
+
     pub fn get(&self, path: &str) -> Reply {
         reply(self.client.get(self.url(path)).send().unwrap())
     }

@@ -8,3 +8,4 @@ mod durability;
 mod ingest;
 mod read;
 mod redaction;
+mod triage;
