@@ -114,6 +114,42 @@ fn moves_follow_the_table_and_each_is_audited() {
     );
     assert_eq!(r.status, 200);
 
+    // Owner, tags and notes, each audited; `null` takes the owner away.
+    let r = s.patch(id, json!({"owner": "ana", "tags": ["refund", "vip", "refund"], "note": "checking with billing"}), "bo", None);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        (r.json["owner"].as_str(), r.json["tags"].clone()),
+        (Some("ana"), json!(["refund", "vip"]))
+    );
+    assert_eq!(
+        s.get("/v1/dead-letters?owner=ana").json["items"][0]["id"],
+        id
+    );
+    let r = s.patch(id, json!({"owner": null}), "bo", None);
+    assert_eq!(r.json["owner"], Value::Null);
+    let r = s.patch(id, json!({"owner": null}), "bo", None);
+    assert_eq!(
+        (r.status, r.json["error"]["code"].as_str()),
+        (422, Some("invalid_change")),
+        "nothing to change"
+    );
+    let r = s.patch(id, json!({"tags": vec!["t"; 40]}), "bo", None);
+    assert_eq!(r.status, 422);
+    let trail = events(&s, id);
+    let kinds: Vec<&str> = trail.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "created",
+            "status_changed",
+            "status_changed",
+            "assigned",
+            "tagged",
+            "noted",
+            "assigned"
+        ]
+    );
+
     let ev = events(&s, id);
     let moves: Vec<(&str, &str, &str, &str)> = ev
         .iter()
