@@ -300,9 +300,15 @@ pub fn ingest(
     }
     let mut detail = serde_json::Map::new();
     if poison {
+        // Only the first record of a poison group says why (the group row keeps the rest);
+        // repeating it on every record would cost ~80 bytes each.
         detail.insert(
             "poison".into(),
-            json!({"records_in_window": in_window, "threshold": rule.threshold, "window_ms": rule.window_ms}),
+            if in_window == i64::from(rule.threshold) {
+                json!({"records_in_window": in_window, "threshold": rule.threshold, "window_ms": rule.window_ms})
+            } else {
+                json!(true)
+            },
         );
     }
     if r.credential_incident {
