@@ -167,47 +167,56 @@ fn insert_document(
     Ok(())
 }
 
-/// Count a new record into its failure group and say whether the group is (now) poison.
+/// Count a new record into its failure group and say whether the group is (now) poison, and
+/// how many records it has had in the current window. (Read, decide, write: an
+/// `UPSERT … RETURNING` would cost an ephemeral table per record.)
 fn count_into_group(
     conn: &Connection,
     r: &NewRecord,
     rule: PoisonRule,
 ) -> Result<(bool, i64), StoreError> {
-    let (poison, in_window): (bool, i64) = conn
+    let fp = r.fingerprint.as_i64();
+    let current: Option<(i64, i64, bool)> = conn
         .prepare_cached(
-            "INSERT INTO groups (fingerprint, failure_class, workflow_id, workflow_name, node_name,
-                 sample_message, first_seen_at, last_seen_at, records, window_start, window_records)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 1, ?7, 1)
-             ON CONFLICT (fingerprint) DO UPDATE SET
-                 last_seen_at = excluded.last_seen_at,
-                 records = records + 1,
-                 window_records = CASE WHEN excluded.last_seen_at - window_start > ?8
-                                       THEN 1 ELSE window_records + 1 END,
-                 window_start = CASE WHEN excluded.last_seen_at - window_start > ?8
-                                     THEN excluded.last_seen_at ELSE window_start END
-             RETURNING poison, window_records",
+            "SELECT window_start, window_records, poison FROM groups WHERE fingerprint = ?1",
         )?
-        .query_row(
-            params![
-                r.fingerprint.as_i64(),
-                r.failure_class.as_str(),
-                r.facts.workflow_id,
-                r.facts.workflow_name,
-                r.facts.node_name,
-                r.facts.error_message,
-                r.at_ms,
-                rule.window_ms
-            ],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )?;
-    if !poison && in_window >= i64::from(rule.threshold) {
+        .query_row([fp], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let Some((window_start, window_records, poison)) = current else {
+        let poison = rule.threshold <= 1;
         conn.prepare_cached(
-            "UPDATE groups SET poison = 1, poison_since = ?2 WHERE fingerprint = ?1",
+            "INSERT INTO groups (fingerprint, failure_class, workflow_id, workflow_name, node_name,
+                 sample_message, first_seen_at, last_seen_at, records, window_start, window_records,
+                 poison, poison_since)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, 1, ?7, 1, ?8, ?9)",
         )?
-        .execute(params![r.fingerprint.as_i64(), r.at_ms])?;
-        return Ok((true, in_window));
-    }
-    Ok((poison, in_window))
+        .execute(params![
+            fp,
+            r.failure_class.as_str(),
+            r.facts.workflow_id,
+            r.facts.workflow_name,
+            r.facts.node_name,
+            r.facts.error_message,
+            r.at_ms,
+            poison,
+            poison.then_some(r.at_ms),
+        ])?;
+        return Ok((poison, 1));
+    };
+    let (window_start, in_window) = if r.at_ms - window_start > rule.window_ms {
+        (r.at_ms, 1)
+    } else {
+        (window_start, window_records + 1)
+    };
+    let turns_poison = !poison && in_window >= i64::from(rule.threshold);
+    conn.prepare_cached(
+        "UPDATE groups SET last_seen_at = ?2, records = records + 1, window_start = ?3,
+             window_records = ?4, poison = poison OR ?5,
+             poison_since = CASE WHEN ?5 THEN ?2 ELSE poison_since END
+         WHERE fingerprint = ?1",
+    )?
+    .execute(params![fp, r.at_ms, window_start, in_window, turns_poison])?;
+    Ok((poison || turns_poison, in_window))
 }
 
 pub fn ingest(
