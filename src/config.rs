@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::classify::{RuleSpec, Rules};
-use crate::model::{FailureClass, Partition, Status};
+use crate::model::{Backoff, BodyMode, FailureClass, Partition, Status};
 
 /// The commented example config, embedded so `config init` needs no file beside the binary.
 pub const EXAMPLE: &str = include_str!("../config.example.toml");
@@ -43,10 +43,93 @@ pub struct Config {
     pub logging: LoggingConfig,
     pub rules: Rules,
     pub triage: TriageConfig,
+    pub delivery: DeliveryConfig,
+    pub targets: Vec<TargetConfig>,
+}
+
+/// Automatic retries and replays.
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    /// Run the retry scheduler (off: records wait in retry_scheduled).
+    pub enabled: bool,
+    /// How often the scheduler looks for due records.
+    pub tick: Duration,
+    /// A claimed record not finished within this returns to its queue.
+    pub lease: Duration,
+    /// Sends in flight at once, per target.
+    pub concurrency_per_target: usize,
+    /// With no target and no replay_url, send to the n8n webhook the item came from
+    /// (`webhookUrl` of an n8n webhook item). Off by default: replaying re-runs the workflow.
+    pub use_payload_webhook_url: bool,
+    /// Settings for targets made from a record's replay_url (or payload webhookUrl).
+    pub defaults: TargetSettings,
+}
+
+/// Where records go back to, and how gently.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    pub name: String,
+    pub url: String,
+    /// Send records of these partitions here …
+    pub partitions: Vec<String>,
+    /// … or of these workflows (id or name).
+    pub workflows: Vec<String>,
+    pub settings: TargetSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct TargetSettings {
+    pub method: String,
+    pub timeout: Duration,
+    pub body: BodyMode,
+    /// Extra headers, literal values.
+    pub headers: Vec<(String, String)>,
+    /// Extra headers whose values are read at send time, never stored.
+    pub secret_headers: Vec<(String, SecretSource)>,
+    /// Token bucket: starts at `rate_initial` sends/s, doubles every `rate_ramp_every` while
+    /// the error rate stays under 0.5 %, up to `rate_max`; halves on errors.
+    pub rate_initial: f64,
+    pub rate_max: f64,
+    pub rate_ramp_every: Duration,
+    /// Circuit breaker: opens after this many consecutive failures …
+    pub breaker_failures: u32,
+    /// … for this long, then lets one probe through.
+    pub breaker_cooldown: Duration,
+}
+
+/// Where a secret header value comes from, read at send time.
+#[derive(Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    Env(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Names where the secret lives, never the secret.
+        match self {
+            SecretSource::Env(v) => write!(f, "env:{v}"),
+            SecretSource::File(p) => write!(f, "file:{}", p.display()),
+        }
+    }
+}
+
+impl SecretSource {
+    /// The secret, read now.
+    pub fn read(&self) -> Result<String, String> {
+        match self {
+            SecretSource::Env(v) => {
+                std::env::var(v).map_err(|_| format!("environment variable {v} is not set"))
+            }
+            SecretSource::File(p) => std::fs::read_to_string(p)
+                .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+                .map_err(|e| format!("cannot read {}: {e}", p.display())),
+        }
+    }
 }
 
 /// What happens to a new record of one failure class.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
     /// new, review or retry_scheduled.
     pub initial: Status,
@@ -58,6 +141,8 @@ pub struct Policy {
     pub sla: Duration,
     /// Flag the record (and, later, alert) as a credential incident.
     pub credential_incident: bool,
+    /// The wait between automatic attempts.
+    pub backoff: Backoff,
 }
 
 #[derive(Debug, Clone)]
@@ -85,12 +170,13 @@ impl TriageConfig {
 pub fn default_policy(class: FailureClass) -> Policy {
     use FailureClass::*;
     let hours = |h: u64| Duration::from_secs(h * 3600);
-    let (initial, max_attempts, sla) = match class {
-        Transient => (Status::RetryScheduled, 5, hours(24)),
-        RateLimited => (Status::RetryScheduled, 8, hours(24)),
-        Unknown => (Status::RetryScheduled, 3, hours(24)),
-        Auth => (Status::Review, 0, hours(4)),
-        Validation | Conflict | Business => (Status::Review, 0, hours(48)),
+    let secs = Duration::from_secs;
+    let (initial, max_attempts, sla, base) = match class {
+        Transient => (Status::RetryScheduled, 5, hours(24), secs(30)),
+        RateLimited => (Status::RetryScheduled, 8, hours(24), secs(60)),
+        Unknown => (Status::RetryScheduled, 3, hours(24), secs(60)),
+        Auth => (Status::Review, 0, hours(4), secs(60)),
+        Validation | Conflict | Business => (Status::Review, 0, hours(48), secs(60)),
     };
     Policy {
         initial,
@@ -98,6 +184,11 @@ pub fn default_policy(class: FailureClass) -> Policy {
         owner: None,
         sla,
         credential_incident: class == Auth,
+        backoff: Backoff {
+            base,
+            factor: 2.0,
+            cap: hours(1),
+        },
     }
 }
 
@@ -155,6 +246,45 @@ struct RawConfig {
     classify: RawClassify,
     triage: RawTriage,
     policy: std::collections::BTreeMap<String, RawPolicy>,
+    delivery: RawDelivery,
+    targets: Vec<RawDelivery>,
+}
+
+/// `[delivery]` and each `[[targets]]` share one shape (no `#[serde(flatten)]`: it would hide
+/// unknown keys from serde_ignored); keys that belong only to one of them are checked by hand.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RawDelivery {
+    // [delivery] only
+    enabled: Option<bool>,
+    tick: Option<String>,
+    lease: Option<String>,
+    concurrency_per_target: Option<u64>,
+    use_payload_webhook_url: Option<bool>,
+    // [[targets]] only
+    name: Option<String>,
+    url: Option<String>,
+    partitions: Vec<String>,
+    workflows: Vec<String>,
+    // both
+    method: Option<String>,
+    timeout: Option<String>,
+    body: Option<String>,
+    headers: std::collections::BTreeMap<String, String>,
+    secret_headers: std::collections::BTreeMap<String, RawSecret>,
+    rate_initial: Option<f64>,
+    rate_max: Option<f64>,
+    rate_ramp_every: Option<String>,
+    breaker_failures: Option<u64>,
+    breaker_cooldown: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawSecret {
+    #[serde(default)]
+    env: Option<String>,
+    #[serde(default)]
+    file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,6 +312,9 @@ struct RawPolicy {
     owner: Option<String>,
     sla: Option<String>,
     credential_incident: Option<bool>,
+    retry_base: Option<String>,
+    retry_factor: Option<f64>,
+    retry_cap: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -550,6 +683,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
     };
 
     let triage = validate_triage(raw.triage, raw.policy, problems);
+    let (delivery, targets) = validate_delivery(raw.delivery, raw.targets, problems);
 
     let data_dir = data_dir?;
     let log_dir = if raw.logging.dir.trim().is_empty() {
@@ -584,7 +718,186 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         },
         rules: rules?,
         triage: triage?,
+        delivery: delivery?,
+        targets,
     })
+}
+
+fn settings(
+    raw: &RawDelivery,
+    base: &TargetSettings,
+    path: &str,
+    problems: &mut Vec<String>,
+) -> TargetSettings {
+    let mut s = base.clone();
+    if let Some(m) = raw.method.clone() {
+        let up = m.to_ascii_uppercase();
+        if ["POST", "PUT", "PATCH"].contains(&up.as_str()) {
+            s.method = up;
+        } else {
+            problems.push(format!("{path}.method: `{m}` must be POST, PUT or PATCH"));
+        }
+    }
+    if let Some(t) = &raw.timeout {
+        if let Some(d) = duration(problems, &format!("{path}.timeout"), t) {
+            s.timeout = d;
+        }
+    }
+    if let Some(b) = &raw.body {
+        match BodyMode::parse(b) {
+            Ok(m) => s.body = m,
+            Err(e) => problems.push(format!("{path}.body: {e}")),
+        }
+    }
+    for (k, v) in &raw.headers {
+        if axum::http::HeaderName::from_bytes(k.as_bytes()).is_err()
+            || axum::http::HeaderValue::from_str(v).is_err()
+        {
+            problems.push(format!("{path}.headers.{k}: not a valid header"));
+        }
+        s.headers.push((k.clone(), v.clone()));
+    }
+    for (k, v) in &raw.secret_headers {
+        match (&v.env, &v.file) {
+            (Some(e), None) => s
+                .secret_headers
+                .push((k.clone(), SecretSource::Env(e.clone()))),
+            (None, Some(f)) => s
+                .secret_headers
+                .push((k.clone(), SecretSource::File(PathBuf::from(f)))),
+            _ => problems.push(format!(
+                "{path}.secret_headers.{k}: give exactly one of env or file"
+            )),
+        }
+    }
+    if let Some(r) = raw.rate_initial {
+        s.rate_initial = r;
+    }
+    if let Some(r) = raw.rate_max {
+        s.rate_max = r;
+    }
+    if !(s.rate_initial > 0.0 && s.rate_initial <= s.rate_max && s.rate_max <= 10_000.0) {
+        problems.push(format!(
+            "{path}: rate_initial ({}) must be > 0 and <= rate_max ({}) <= 10000",
+            s.rate_initial, s.rate_max
+        ));
+    }
+    if let Some(r) = &raw.rate_ramp_every {
+        if let Some(d) = duration(problems, &format!("{path}.rate_ramp_every"), r) {
+            s.rate_ramp_every = d;
+        }
+    }
+    if let Some(b) = raw.breaker_failures {
+        s.breaker_failures = in_range(
+            &mut |p| problems.push(p),
+            &format!("{path}.breaker_failures"),
+            b,
+            1,
+            1000,
+        ) as u32;
+    }
+    if let Some(c) = &raw.breaker_cooldown {
+        if let Some(d) = duration(problems, &format!("{path}.breaker_cooldown"), c) {
+            s.breaker_cooldown = d;
+        }
+    }
+    s
+}
+
+fn validate_delivery(
+    raw: RawDelivery,
+    targets: Vec<RawDelivery>,
+    problems: &mut Vec<String>,
+) -> (Option<DeliveryConfig>, Vec<TargetConfig>) {
+    let builtin = TargetSettings {
+        method: "POST".into(),
+        timeout: Duration::from_secs(10),
+        body: BodyMode::Auto,
+        headers: Vec::new(),
+        secret_headers: Vec::new(),
+        rate_initial: 1.0,
+        rate_max: 20.0,
+        rate_ramp_every: Duration::from_secs(300),
+        breaker_failures: 5,
+        breaker_cooldown: Duration::from_secs(30),
+    };
+    let defaults = settings(&raw, &builtin, "delivery", problems);
+    for (key, given) in [
+        ("name", raw.name.is_some()),
+        ("url", raw.url.is_some()),
+        ("partitions", !raw.partitions.is_empty()),
+        ("workflows", !raw.workflows.is_empty()),
+    ] {
+        if given {
+            problems.push(format!("delivery.{key}: belongs in a [[targets]] entry"));
+        }
+    }
+    let tick = duration(
+        problems,
+        "delivery.tick",
+        raw.tick.as_deref().unwrap_or("1s"),
+    );
+    let lease = duration(
+        problems,
+        "delivery.lease",
+        raw.lease.as_deref().unwrap_or("2m"),
+    );
+    let concurrency = in_range(
+        &mut |p| problems.push(p),
+        "delivery.concurrency_per_target",
+        raw.concurrency_per_target.unwrap_or(2),
+        1,
+        64,
+    );
+    let mut out: Vec<TargetConfig> = Vec::new();
+    for (i, t) in targets.into_iter().enumerate() {
+        let path = format!("targets[{i}]");
+        for (key, given) in [
+            ("enabled", t.enabled.is_some()),
+            ("tick", t.tick.is_some()),
+            ("lease", t.lease.is_some()),
+            ("concurrency_per_target", t.concurrency_per_target.is_some()),
+            (
+                "use_payload_webhook_url",
+                t.use_payload_webhook_url.is_some(),
+            ),
+        ] {
+            if given {
+                problems.push(format!("{path}.{key}: belongs in [delivery]"));
+            }
+        }
+        let name = t.name.clone().unwrap_or_default();
+        let url = t.url.clone().unwrap_or_default();
+        if name.trim().is_empty() || out.iter().any(|o| o.name == name) {
+            problems.push(format!(
+                "{path}.name: `{name}` is missing, empty or used twice"
+            ));
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            problems.push(format!(
+                "{path}.url: `{url}` is not an http:// or https:// URL"
+            ));
+        }
+        out.push(TargetConfig {
+            settings: settings(&t, &defaults, &path, problems),
+            name,
+            url,
+            partitions: t.partitions,
+            workflows: t.workflows,
+        });
+    }
+    let delivery = match (tick, lease) {
+        (Some(tick), Some(lease)) => Some(DeliveryConfig {
+            enabled: raw.enabled.unwrap_or(true),
+            tick,
+            lease,
+            concurrency_per_target: concurrency as usize,
+            use_payload_webhook_url: raw.use_payload_webhook_url.unwrap_or(false),
+            defaults,
+        }),
+        _ => None,
+    };
+    (delivery, out)
 }
 
 fn duration(problems: &mut Vec<String>, path: &str, text: &str) -> Option<Duration> {
@@ -657,6 +970,24 @@ fn validate_triage(
         }
         if let Some(c) = over.credential_incident {
             p.credential_incident = c;
+        }
+        if let Some(b) = over.retry_base {
+            if let Some(d) = duration(problems, &format!("{path}.retry_base"), &b) {
+                p.backoff.base = d;
+            }
+        }
+        if let Some(f) = over.retry_factor {
+            if !(1.0..=10.0).contains(&f) {
+                problems.push(format!(
+                    "{path}.retry_factor: {f} is out of range (1 to 10)"
+                ));
+            }
+            p.backoff.factor = f.clamp(1.0, 10.0);
+        }
+        if let Some(c) = over.retry_cap {
+            if let Some(d) = duration(problems, &format!("{path}.retry_cap"), &c) {
+                p.backoff.cap = d;
+            }
         }
     }
     Some(TriageConfig {
@@ -738,6 +1069,39 @@ mod tests {
     }
 
     #[test]
+    fn targets_inherit_delivery_defaults_and_keep_secrets_out_of_debug() {
+        let c = Config::parse(
+            "[delivery]\nrate_initial = 2.0\ntimeout = \"3s\"\n\n[[targets]]\nname = \"orders\"\nurl = \"http://127.0.0.1:5678/webhook/orders\"\npartitions = [\"orders\"]\nbody = \"wrapped\"\nsecret_headers = { Authorization = { env = \"ORDERS_TOKEN\" } }\n",
+            "t",
+        )
+        .unwrap();
+        let t = &c.targets[0];
+        assert_eq!(
+            (t.settings.rate_initial, t.settings.timeout),
+            (2.0, Duration::from_secs(3))
+        );
+        assert_eq!(t.settings.body, BodyMode::Wrapped);
+        assert_eq!(
+            format!("{:?}", t.settings.secret_headers),
+            "[(\"Authorization\", env:ORDERS_TOKEN)]"
+        );
+        let err = Config::parse(
+            "[[targets]]\nname = \"x\"\nurl = \"ftp://x\"\nbody = \"raw\"\nrate_initial = 0.0\n[targets.secret_headers.A]\nenv = \"E\"\nfile = \"/f\"\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        for key in [
+            "targets[0].url",
+            "targets[0].body",
+            "targets[0]: rate_initial",
+            "targets[0].secret_headers.A",
+        ] {
+            assert!(err.contains(key), "{key} in {err}");
+        }
+    }
+
+    #[test]
     fn every_unknown_key_is_named_by_its_path() {
         let err = Config::parse(
             "[server]\nlisten='127.0.0.1:1'\nlistn='x'\n[storage]\nfoo=1\n[nope]\n",
@@ -770,6 +1134,22 @@ mod tests {
             .to_string();
         assert!(
             err.contains("classify.rules") && err.contains("bogus: unknown key"),
+            "{err}"
+        );
+    }
+}
+#[cfg(test)]
+mod flatten_check {
+    #[test]
+    fn unknown_keys_beside_flattened_settings_are_named() {
+        let err = super::Config::parse(
+            "[delivery]\nbogus = 1\n[[targets]]\nname='a'\nurl='http://x'\ntypo=2\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("delivery.bogus") && err.contains("typo"),
             "{err}"
         );
     }

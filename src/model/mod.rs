@@ -4,11 +4,13 @@
 //!
 //! This module imports nothing else of ours; everything else may import it.
 
+pub mod delivery;
 mod ids;
 mod input;
 mod record;
 pub mod status;
 
+pub use delivery::{Backoff, BodyMode};
 pub use ids::{Fingerprint, Partition, RecordId, ShortText};
 pub use input::{
     parse_envelope, parse_error_trigger, InputError, ParsedFailure, Source, MAX_KEY_BYTES,
