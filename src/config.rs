@@ -945,6 +945,9 @@ fn validate_triage(
         };
         if let Some(i) = over.initial {
             match i.parse::<Status>() {
+                Ok(Status::RetryScheduled) if class == FailureClass::Auth => problems.push(format!(
+                    "{path}.initial: auth failures are never retried automatically (a retry with a bad credential only locks the account)"
+                )),
                 Ok(s @ (Status::New | Status::Review | Status::RetryScheduled)) => p.initial = s,
                 _ => problems.push(format!(
                     "{path}.initial: `{i}` must be new, review or retry_scheduled"

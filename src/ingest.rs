@@ -178,6 +178,11 @@ impl Ingestor {
             status: policy.initial,
             owner: policy.owner.clone(),
             due_at_ms: Some(now_ms.saturating_add(sla_ms)),
+            next_attempt_at_ms: Some(
+                now_ms.saturating_add(
+                    policy.backoff.delay(1, rand::random::<f64>()).as_millis() as i64
+                ),
+            ),
             credential_incident: policy.credential_incident,
             failure_class: verdict.class,
             class_rule: verdict.rule,

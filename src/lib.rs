@@ -17,13 +17,15 @@
 //! ingest         the pipeline parse -> redact -> classify -> encode, producing store::NewRecord
 //! store/         the only module with SQL: schema + migrations, single writer with group
 //!                commit, reader pool, payload codec, queries
+//! replay/        targets, per-target rate limit + breaker, the dispatcher (one send),
+//!                the retry scheduler (claim with a lease, send, move on)
 //! http/          router(state), handlers, ApiError -> JSON
 //! server         serve(config, store, listener, shutdown)
 //! ```
 //!
-//! Dependencies point one way: `commands -> server -> http -> ingest -> store -> model`;
+//! Dependencies point one way: `commands -> server -> http/replay -> ingest -> store -> model`;
 //! `model` imports nothing of ours, `store` never imports axum, `http` never sees rusqlite.
-//! Still to come (see DESIGN.md): replay/, n8n/, retention, metrics, alerts.
+//! Still to come (see DESIGN.md): replay jobs, n8n/, retention, metrics, alerts.
 
 pub mod classify;
 pub mod cli;
@@ -34,5 +36,6 @@ pub mod ingest;
 pub mod logging;
 pub mod model;
 pub mod redact;
+pub mod replay;
 pub mod server;
 pub mod store;

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::http::{router, AppState};
 use crate::ingest::Ingestor;
+use crate::replay::Scheduler;
 use crate::store::{PoisonRule, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,18 +37,37 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let config = Arc::new(config);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let scheduler = if config.delivery.enabled {
+        let s = Scheduler::new(config.clone(), store.clone()).map_err(std::io::Error::other)?;
+        Some(s)
+    } else {
+        tracing::info!("delivery.enabled = false: records wait in retry_scheduled");
+        None
+    };
+    let scheduler_task = scheduler.clone().map(|s| tokio::spawn(s.run(stop_rx)));
     let state = AppState {
         ingestor: Arc::new(Ingestor::new(&config)),
-        config: Arc::new(config),
+        config,
         store,
+        scheduler,
     };
     let app = router(state.clone());
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;
-    tracing::info!("HTTP server stopped; draining the writer");
+    tracing::info!("HTTP server stopped; finishing sends in flight");
+    let _ = stop_tx.send(true);
+    if let Some(task) = scheduler_task {
+        let _ = task.await;
+    }
+    tracing::info!("draining the writer");
     // Dropping the last writer handle joins the writer thread after its final commit.
-    let AppState { store, .. } = state;
+    let AppState {
+        store, scheduler, ..
+    } = state;
+    drop(scheduler);
     tokio::task::spawn_blocking(move || drop(store))
         .await
         .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;

@@ -28,6 +28,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
     pub ingestor: Arc<Ingestor>,
+    /// The retry scheduler, when delivery is enabled (its gates are shown by /v1/targets).
+    pub scheduler: Option<Arc<crate::replay::Scheduler>>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -41,6 +43,7 @@ pub fn router(state: AppState) -> Router {
             get(read::show).patch(triage::patch),
         )
         .route("/v1/groups", get(triage::groups))
+        .route("/v1/targets", get(read::targets))
         .route(
             "/v1/groups/{fingerprint}/actions",
             post(triage::group_action),

@@ -163,6 +163,33 @@ pub async fn payload(
     }
 }
 
+/// Configured targets and the live pacing (rate, breaker) of every target sent to so far.
+pub async fn targets(State(state): State<AppState>) -> Response {
+    let configured: Vec<_> = state
+        .config
+        .targets
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name, "url": t.url, "partitions": t.partitions, "workflows": t.workflows,
+                "method": t.settings.method, "rate_initial": t.settings.rate_initial,
+                "rate_max": t.settings.rate_max, "breaker_failures": t.settings.breaker_failures,
+            })
+        })
+        .collect();
+    let gates = state
+        .scheduler
+        .as_ref()
+        .map(|s| s.gates())
+        .unwrap_or_default();
+    Json(json!({
+        "delivery_enabled": state.scheduler.is_some(),
+        "configured": configured,
+        "live": gates,
+    }))
+    .into_response()
+}
+
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }

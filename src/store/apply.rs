@@ -29,6 +29,8 @@ pub struct NewRecord {
     pub actor: String,
     pub owner: Option<String>,
     pub due_at_ms: Option<i64>,
+    /// When a record entering retry_scheduled is first due.
+    pub next_attempt_at_ms: Option<i64>,
     pub credential_incident: bool,
     pub facts: FailureFacts,
     pub payload: Option<Encoded>,
@@ -261,9 +263,10 @@ pub fn ingest(
             node_name, node_type, http_status, error_code, error_name, error_message,
             idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
             business_object_type, business_object_id, replay_url,
-            owner, due_at, payload_version, poison, credential_incident)
+            owner, due_at, payload_version, poison, credential_incident, next_attempt_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
+                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
+                 ?34)",
     )?
     .execute(params![
         r.partition,
@@ -299,6 +302,7 @@ pub fn ingest(
         r.payload.as_ref().map(|_| 1),
         poison,
         r.credential_incident,
+        (status == Status::RetryScheduled).then_some(r.next_attempt_at_ms.unwrap_or(r.at_ms)),
     ])?;
     let id = conn.last_insert_rowid();
     if let Some(doc) = &r.payload {
@@ -534,4 +538,208 @@ pub fn group_action(conn: &Connection, a: &GroupAction) -> Result<Vec<GroupItem>
         }
     }
     Ok(out)
+}
+
+/// Take a due record for sending: it moves (as deadletter) from `from` to `to` and is leased
+/// to `owner` until `lease_until`; its attempt count goes up.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub id: i64,
+    pub from: Status,
+    pub to: Status,
+    pub owner: String,
+    pub lease_until_ms: i64,
+    pub at_ms: i64,
+}
+
+/// What a claim hands the sender.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub attempt: i64,
+    pub payload_version: Option<i64>,
+}
+
+/// One delivery attempt, as sent and answered.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub attempt: i64,
+    pub started_at_ms: i64,
+    pub target: String,
+    pub url: String,
+    pub idempotency_key: String,
+    pub payload_version: Option<i64>,
+    /// success | transient | permanent
+    pub outcome: &'static str,
+    pub status_code: Option<u16>,
+    pub latency_ms: i64,
+    pub error: Option<String>,
+    pub response_excerpt: Option<String>,
+    pub retry_after_ms: Option<i64>,
+}
+
+/// Where a sent record goes next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Delivered: replayed.
+    Delivered,
+    /// Try again at this time (retry_scheduled).
+    RetryAt(i64),
+    /// A person has to look (review), for this reason.
+    Review(String),
+    /// A replay failed (replay_failed).
+    Failed(String),
+}
+
+/// The end of a send: the attempt is stored whatever happens; the record moves on only if
+/// this sender still holds its lease (otherwise it was recovered and someone else has it).
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub id: i64,
+    pub owner: String,
+    pub at_ms: i64,
+    pub attempt: AttemptRecord,
+    pub next: Next,
+}
+
+pub fn claim(conn: &Connection, c: &Claim) -> Result<Claimed, StoreError> {
+    let (status, attempts, payload_version): (Status, i64, Option<i64>) = conn
+        .prepare_cached("SELECT status, attempts, payload_version FROM dead_letters WHERE id = ?1")?
+        .query_row([c.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?
+        .ok_or(StoreError::NotFound(c.id))?;
+    if status != c.from {
+        return Err(StoreError::Invalid(format!(
+            "dead letter {} is {status}, not {}",
+            c.id, c.from
+        )));
+    }
+    status.check_move(c.to, Mover::System, None)?;
+    conn.prepare_cached(
+        "UPDATE dead_letters SET status = ?2, lease_owner = ?3, lease_expires_at = ?4,
+             attempts = attempts + 1, next_attempt_at = NULL, updated_at = ?5, version = version + 1
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        c.id,
+        c.to.as_str(),
+        c.owner,
+        c.lease_until_ms,
+        c.at_ms
+    ])?;
+    Audit {
+        id: c.id,
+        at: c.at_ms,
+        actor: SYSTEM,
+    }
+    .log(
+        conn,
+        EventKind::StatusChanged,
+        Some(status),
+        Some(c.to),
+        Some(json!({"attempt": attempts + 1})),
+    )?;
+    Ok(Claimed {
+        attempt: attempts + 1,
+        payload_version,
+    })
+}
+
+/// The actor of everything deadletter does by itself.
+pub const SYSTEM: &str = "deadletter";
+
+pub fn finish(conn: &Connection, f: &Finish) -> Result<Status, StoreError> {
+    let a = &f.attempt;
+    conn.prepare_cached(
+        "INSERT INTO attempts (record_id, attempt, started_at, target, url, idempotency_key,
+             payload_version, outcome, status_code, latency_ms, error, response_excerpt, retry_after_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?
+    .execute(params![
+        f.id,
+        a.attempt,
+        a.started_at_ms,
+        a.target,
+        a.url,
+        a.idempotency_key,
+        a.payload_version,
+        a.outcome,
+        a.status_code,
+        a.latency_ms,
+        a.error,
+        a.response_excerpt,
+        a.retry_after_ms
+    ])?;
+    let (status, owner): (Status, Option<String>) = conn
+        .prepare_cached("SELECT status, lease_owner FROM dead_letters WHERE id = ?1")?
+        .query_row([f.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or(StoreError::NotFound(f.id))?;
+    if owner.as_deref() != Some(f.owner.as_str()) {
+        // Recovered after its lease ran out: the attempt is on record, the record is not ours.
+        return Ok(status);
+    }
+    let (to, next_at, error) = match &f.next {
+        Next::Delivered => (Status::Replayed, None, None),
+        Next::RetryAt(t) => (Status::RetryScheduled, Some(*t), a.error.clone()),
+        Next::Review(why) => (Status::Review, None, Some(why.clone())),
+        Next::Failed(why) => (Status::ReplayFailed, None, Some(why.clone())),
+    };
+    status.check_move(to, Mover::System, None)?;
+    conn.prepare_cached(
+        "UPDATE dead_letters SET status = ?2, lease_owner = NULL, lease_expires_at = NULL,
+             next_attempt_at = ?3, last_error = COALESCE(?4, last_error), updated_at = ?5,
+             version = version + 1
+         WHERE id = ?1",
+    )?
+    .execute(params![f.id, to.as_str(), next_at, error, f.at_ms])?;
+    Audit {
+        id: f.id,
+        at: f.at_ms,
+        actor: SYSTEM,
+    }
+    .log(
+        conn,
+        EventKind::StatusChanged,
+        Some(status),
+        Some(to),
+        Some(json!({
+            "attempt": a.attempt, "target": a.target, "outcome": a.outcome,
+            "status_code": a.status_code, "reason": error,
+        })),
+    )?;
+    Ok(to)
+}
+
+/// Return leased records to their queues: all of them (at start: nobody else runs), or only
+/// those whose lease ran out. Each move is audited.
+pub fn recover(conn: &Connection, now_ms: i64, only_expired: bool) -> Result<usize, StoreError> {
+    let rows: Vec<(i64, Status, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT id, status, lease_owner FROM dead_letters
+             WHERE status IN ('retrying', 'replaying') AND (?2 = 0 OR lease_expires_at IS NULL OR lease_expires_at < ?1)",
+        )?
+        .query_map(params![now_ms, only_expired], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, status, owner) in &rows {
+        let to = if *status == Status::Retrying {
+            Status::RetryScheduled
+        } else {
+            Status::ReadyForReplay
+        };
+        conn.prepare_cached(
+            "UPDATE dead_letters SET status = ?2, lease_owner = NULL, lease_expires_at = NULL,
+                 next_attempt_at = CASE WHEN ?2 = 'retry_scheduled' THEN ?3 ELSE NULL END,
+                 updated_at = ?3, version = version + 1
+             WHERE id = ?1",
+        )?
+        .execute(params![id, to.as_str(), now_ms])?;
+        Audit { id: *id, at: now_ms, actor: SYSTEM }.log(
+            conn,
+            EventKind::StatusChanged,
+            Some(*status),
+            Some(to),
+            Some(json!({"reason": "lease released: the sender stopped or ran out of time", "lease_owner": owner})),
+        )?;
+    }
+    Ok(rows.len())
 }

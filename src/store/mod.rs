@@ -22,13 +22,13 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 pub use apply::{
-    Change, GroupAction, GroupActionKind, GroupItem, IngestOutcome, NewRecord, PayloadEdit,
-    PoisonRule,
+    AttemptRecord, Change, Claim, Claimed, Finish, GroupAction, GroupActionKind, GroupItem,
+    IngestOutcome, NewRecord, Next, PayloadEdit, PoisonRule, SYSTEM,
 };
 pub use codec::{Codec, Encoded};
 pub use query::{
-    DocumentView, EventView, GroupFilter, GroupSummary, ListFilter, ListPage, RecordDetail,
-    RecordSummary,
+    AttemptView, DocumentView, EventView, GroupFilter, GroupSummary, ListFilter, ListPage,
+    RecordDetail, RecordSummary,
 };
 pub use writer::Writer;
 
@@ -224,6 +224,11 @@ impl ReadPool {
         version: Option<i64>,
     ) -> Result<Option<DocumentView>, StoreError> {
         self.with(|c| query::document(c, id, "item", version))
+    }
+
+    /// Records due for an automatic retry at `now_ms`.
+    pub fn due(&self, now_ms: i64, limit: usize) -> Result<Vec<RecordSummary>, StoreError> {
+        self.with(|c| query::due(c, now_ms, limit))
     }
 
     pub fn groups(&self, filter: &GroupFilter) -> Result<Vec<GroupSummary>, StoreError> {

@@ -57,6 +57,10 @@ pub struct RecordSummary {
     /// Its fingerprint failed too often: it went straight to review.
     pub poison: bool,
     pub credential_incident: bool,
+    /// When an automatic retry is next due (retry_scheduled only).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// What the last delivery attempt, or the move to review, said.
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -101,6 +105,25 @@ pub struct RecordDetail {
     /// The producer's error object, redacted.
     pub error: Option<DocumentView>,
     pub events: Vec<EventView>,
+    /// Every delivery attempt, oldest first.
+    pub deliveries: Vec<AttemptView>,
+}
+
+/// One delivery attempt and the target's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptView {
+    pub attempt: i64,
+    pub at: DateTime<Utc>,
+    pub target: String,
+    pub url: String,
+    pub idempotency_key: String,
+    pub payload_version: Option<i64>,
+    pub outcome: String,
+    pub status_code: Option<u16>,
+    pub latency_ms: i64,
+    pub error: Option<String>,
+    pub response_excerpt: Option<String>,
+    pub retry_after_ms: Option<i64>,
 }
 
 const COLUMNS: &str = "id, partition, status, source, failure_class, class_rule, fingerprint, occurrences,
@@ -108,7 +131,7 @@ const COLUMNS: &str = "id, partition, status, source, failure_class, class_rule,
     execution_mode, retry_of, node_name, node_type, http_status, error_code, error_name, error_message,
     idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
     business_object_type, business_object_id, replay_url, owner, due_at, attempts,
-    version, payload_version, tags, poison, credential_incident";
+    version, payload_version, tags, poison, credential_incident, next_attempt_at, last_error";
 
 pub fn ms_to_time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms)
@@ -162,6 +185,8 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<RecordSummary> {
             .unwrap_or_default(),
         poison: r.get(37)?,
         credential_incident: r.get(38)?,
+        next_attempt_at: r.get::<_, Option<i64>>(39)?.map(ms_to_time),
+        last_error: r.get(40)?,
     })
 }
 
@@ -338,12 +363,36 @@ pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
+    let deliveries = conn
+        .prepare_cached(
+            "SELECT attempt, started_at, target, url, idempotency_key, payload_version, outcome,
+                    status_code, latency_ms, error, response_excerpt, retry_after_ms
+             FROM attempts WHERE record_id = ?1 ORDER BY id",
+        )?
+        .query_map([id], |r| {
+            Ok(AttemptView {
+                attempt: r.get(0)?,
+                at: ms_to_time(r.get(1)?),
+                target: r.get(2)?,
+                url: r.get(3)?,
+                idempotency_key: r.get(4)?,
+                payload_version: r.get(5)?,
+                outcome: r.get(6)?,
+                status_code: r.get(7)?,
+                latency_ms: r.get(8)?,
+                error: r.get(9)?,
+                response_excerpt: r.get(10)?,
+                retry_after_ms: r.get(11)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(RecordDetail {
         summary,
         payload,
         payload_versions,
         error,
         events,
+        deliveries,
     })
 }
 
@@ -367,6 +416,7 @@ struct DetailJson<'a> {
     payload_versions: &'a [DocumentView],
     error: Option<&'a serde_json::value::RawValue>,
     events: &'a [EventView],
+    deliveries: &'a [AttemptView],
 }
 
 impl RecordDetail {
@@ -379,6 +429,7 @@ impl RecordDetail {
             payload_versions: &self.payload_versions,
             error: raw_json(&self.error)?,
             events: &self.events,
+            deliveries: &self.deliveries,
         };
         serde_json::to_vec(&j).map_err(|e| StoreError::Corrupt(e.to_string()))
     }
@@ -457,6 +508,20 @@ pub fn groups(conn: &Connection, f: &GroupFilter) -> Result<Vec<GroupSummary>, S
                 })
             },
         )?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// Records in retry_scheduled whose time has come, oldest due first. Auth failures are never
+/// sent automatically, whatever their status.
+pub fn due(conn: &Connection, now_ms: i64, limit: usize) -> Result<Vec<RecordSummary>, StoreError> {
+    let rows = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM dead_letters
+             WHERE status = 'retry_scheduled' AND next_attempt_at <= ?1 AND failure_class <> 'auth'
+             ORDER BY next_attempt_at LIMIT ?2"
+        ))?
+        .query_map(params![now_ms, limit as i64], summary)?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(rows)
 }

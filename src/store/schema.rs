@@ -120,8 +120,40 @@ INSERT INTO groups (fingerprint, failure_class, workflow_id, workflow_name, node
 CREATE INDEX groups_last_seen ON groups(last_seen_at);
 ";
 
+/// Delivery: when a record is next due, the lease of a record being sent, the last delivery
+/// error, and one row per attempt with the target's answer.
+const V3: &str = "
+ALTER TABLE dead_letters ADD COLUMN next_attempt_at INTEGER;
+ALTER TABLE dead_letters ADD COLUMN lease_owner TEXT;
+ALTER TABLE dead_letters ADD COLUMN lease_expires_at INTEGER;
+ALTER TABLE dead_letters ADD COLUMN last_error TEXT;
+UPDATE dead_letters SET next_attempt_at = last_seen_at WHERE status = 'retry_scheduled';
+CREATE INDEX dead_letters_due ON dead_letters(next_attempt_at) WHERE status = 'retry_scheduled';
+CREATE INDEX dead_letters_leased ON dead_letters(lease_expires_at) WHERE lease_owner IS NOT NULL;
+
+CREATE TABLE attempts (
+    id               INTEGER PRIMARY KEY,
+    record_id        INTEGER NOT NULL REFERENCES dead_letters(id) ON DELETE CASCADE,
+    attempt          INTEGER NOT NULL,
+    started_at       INTEGER NOT NULL,
+    target           TEXT    NOT NULL,
+    url              TEXT    NOT NULL,
+    idempotency_key  TEXT    NOT NULL,
+    payload_version  INTEGER,
+    -- success | transient | permanent
+    outcome          TEXT    NOT NULL,
+    status_code      INTEGER,
+    latency_ms       INTEGER NOT NULL,
+    error            TEXT,
+    -- The start of the target's answer, capped and redacted.
+    response_excerpt TEXT,
+    retry_after_ms   INTEGER
+);
+CREATE INDEX attempts_record ON attempts(record_id, id);
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 

@@ -21,15 +21,22 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::apply::{self, Change, GroupAction, GroupItem, IngestOutcome, NewRecord, PoisonRule};
+use super::apply::{
+    self, Change, Claim, Claimed, Finish, GroupAction, GroupItem, IngestOutcome, NewRecord,
+    PoisonRule,
+};
 use super::query::RecordSummary;
 use super::StoreError;
+use crate::model::Status;
 
 /// What the writer can be asked to do.
 enum Op {
     Ingest(Box<NewRecord>),
     Change(Box<Change>),
     Group(Box<GroupAction>),
+    Claim(Box<Claim>),
+    Finish(Box<Finish>),
+    Recover { now_ms: i64, only_expired: bool },
 }
 
 /// What it answers, one variant per `Op`.
@@ -37,6 +44,9 @@ enum Done {
     Ingested(IngestOutcome),
     Changed(Box<RecordSummary>),
     Group(Vec<GroupItem>),
+    Claimed(Claimed),
+    Finished(Status),
+    Recovered(usize),
 }
 
 struct Request {
@@ -184,6 +194,42 @@ impl Writer {
         }
     }
 
+    /// Lease a due record for sending.
+    pub async fn claim(&self, claim: Claim) -> Result<Claimed, StoreError> {
+        match self.call(Op::Claim(Box::new(claim))).await? {
+            Done::Claimed(c) => Ok(c),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    /// Store a send's attempt and move the record on; the status it now has.
+    pub async fn finish(&self, finish: Finish) -> Result<Status, StoreError> {
+        match self.call(Op::Finish(Box::new(finish))).await? {
+            Done::Finished(s) => Ok(s),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    /// Return leased records to their queues (all, or only expired leases); how many.
+    pub async fn recover(&self, now_ms: i64, only_expired: bool) -> Result<usize, StoreError> {
+        match self
+            .call(Op::Recover {
+                now_ms,
+                only_expired,
+            })
+            .await?
+        {
+            Done::Recovered(n) => Ok(n),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
     pub fn is_alive(&self) -> bool {
         !self.slots.is_closed()
     }
@@ -285,6 +331,12 @@ fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, Stor
         Op::Ingest(rec) => Done::Ingested(apply::ingest(conn, rec, poison)?),
         Op::Change(c) => Done::Changed(Box::new(apply::change(conn, c)?)),
         Op::Group(a) => Done::Group(apply::group_action(conn, a)?),
+        Op::Claim(c) => Done::Claimed(apply::claim(conn, c)?),
+        Op::Finish(f) => Done::Finished(apply::finish(conn, f)?),
+        Op::Recover {
+            now_ms,
+            only_expired,
+        } => Done::Recovered(apply::recover(conn, *now_ms, *only_expired)?),
     })
 }
 

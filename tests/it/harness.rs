@@ -50,9 +50,15 @@ impl Server {
         s
     }
 
-    /// Start on an existing data dir (restarts keep the dir).
+    /// Start on an existing data dir (restarts keep the dir). Automatic retries are off unless
+    /// the config has a `[delivery]` table: a test that wants them says so.
     pub fn start_in(dir: &Path, toml: &str) -> Result<Server, String> {
         let config = dir.join("deadletter.toml");
+        let toml = if toml.contains("[delivery]") {
+            toml.to_owned()
+        } else {
+            format!("{toml}\n[delivery]\nenabled = false\n")
+        };
         std::fs::write(&config, toml).unwrap();
         let mut child = Command::new(BIN)
             .arg("--config")

@@ -1,0 +1,98 @@
+//! Which target a record goes back to.
+
+use serde_json::Value;
+
+use crate::config::{Config, TargetConfig, TargetSettings};
+use crate::model::delivery::is_webhook_item;
+use crate::store::RecordSummary;
+
+/// A target chosen for one record.
+#[derive(Debug, Clone)]
+pub struct ResolvedTarget {
+    /// The configured target's name, `replay_url`, or `payload_webhook`: the key of its rate
+    /// limiter and breaker together with the URL's host.
+    pub name: String,
+    pub url: String,
+    pub settings: TargetSettings,
+}
+
+/// The configured targets and the rules for choosing among them.
+#[derive(Debug, Clone)]
+pub struct Targets {
+    targets: Vec<TargetConfig>,
+    defaults: TargetSettings,
+    use_payload_webhook_url: bool,
+}
+
+impl Targets {
+    pub fn new(config: &Config) -> Targets {
+        Targets {
+            targets: config.targets.clone(),
+            defaults: config.delivery.defaults.clone(),
+            use_payload_webhook_url: config.delivery.use_payload_webhook_url,
+        }
+    }
+
+    /// The record's own replay_url first, then the first configured target whose partitions
+    /// or workflows (id or name) match, then (when allowed) the webhook the item came from.
+    pub fn resolve(&self, rec: &RecordSummary, payload: Option<&Value>) -> Option<ResolvedTarget> {
+        if let Some(url) = &rec.facts.replay_url {
+            return Some(ResolvedTarget {
+                name: format!("replay_url {}", host(url)),
+                url: url.clone(),
+                settings: self.defaults.clone(),
+            });
+        }
+        let wf = |w: &String| {
+            Some(w) == rec.facts.workflow_id.as_ref() || Some(w) == rec.facts.workflow_name.as_ref()
+        };
+        if let Some(t) = self
+            .targets
+            .iter()
+            .find(|t| t.partitions.contains(&rec.partition) || t.workflows.iter().any(wf))
+        {
+            return Some(ResolvedTarget {
+                name: t.name.clone(),
+                url: t.url.clone(),
+                settings: t.settings.clone(),
+            });
+        }
+        if self.use_payload_webhook_url {
+            if let Some(url) = payload
+                .filter(|p| is_webhook_item(p))
+                .and_then(|p| p["webhookUrl"].as_str())
+                .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+            {
+                return Some(ResolvedTarget {
+                    name: format!("webhook {}", host(url)),
+                    url: url.to_owned(),
+                    settings: self.defaults.clone(),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// `scheme://host:port` of a URL (what rate limits and breakers are about).
+fn host(url: &str) -> &str {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    match url[after..].find('/') {
+        Some(i) => &url[..after + i],
+        None => url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_is_scheme_host_and_port() {
+        assert_eq!(
+            host("http://127.0.0.1:5678/webhook/orders"),
+            "http://127.0.0.1:5678"
+        );
+        assert_eq!(host("https://x.test"), "https://x.test");
+    }
+}
