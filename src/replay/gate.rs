@@ -116,6 +116,15 @@ impl Breaker {
         self.state
     }
 
+    /// Would `allow` say yes now? (Changes nothing.)
+    pub fn would_allow(&self, now: Instant) -> bool {
+        match self.state {
+            BreakerState::Closed => true,
+            BreakerState::Open => self.open_until.is_some_and(|u| now >= u),
+            BreakerState::HalfOpen => !self.probe_in_flight,
+        }
+    }
+
     /// May a send go now? In half-open state only one (the probe) at a time.
     pub fn allow(&mut self, now: Instant) -> bool {
         match self.state {

@@ -193,17 +193,15 @@ impl Scheduler {
         if gate.in_flight >= self.config.delivery.concurrency_per_target {
             return false;
         }
-        if gate.breaker.state() == BreakerState::Open && !gate.breaker.allow(now) {
+        if !gate.breaker.would_allow(now) {
             gate.paused_total += 1;
             return false;
         }
         if !gate.rate.try_take(now) {
             return false;
         }
-        if !gate.breaker.allow(now) {
-            gate.paused_total += 1;
-            return false;
-        }
+        // Cannot refuse now (checked above, under the same lock): in half-open, this is the probe.
+        gate.breaker.allow(now);
         gate.in_flight += 1;
         true
     }

@@ -211,6 +211,18 @@ impl Drop for Server {
     }
 }
 
+/// Poll `f` until it returns Some, or panic at the deadline. Tests never sleep to wait.
+pub fn eventually<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

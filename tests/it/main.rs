@@ -1,9 +1,11 @@
 //! The one integration test binary: every test drives the real `deadletter` executable.
 
 mod harness;
+mod target;
 
 mod cli;
 mod config;
+mod delivery;
 mod durability;
 mod ingest;
 mod read;
