@@ -45,6 +45,20 @@ pub struct Config {
     pub triage: TriageConfig,
     pub delivery: DeliveryConfig,
     pub targets: Vec<TargetConfig>,
+    pub replay: ReplayConfig,
+}
+
+/// Operator replay jobs.
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    /// Items sent between two checks of the job's failure ratio (after a one-item canary).
+    pub batch_size: usize,
+    /// A job stops by itself when more than this share of its sent items failed.
+    pub stop_failure_ratio: f64,
+    /// Jobs touching these partitions need a second, different person to approve them.
+    pub require_approval: Vec<String>,
+    /// The most records one job may take.
+    pub max_items: usize,
 }
 
 /// Automatic retries and replays.
@@ -248,6 +262,27 @@ struct RawConfig {
     policy: std::collections::BTreeMap<String, RawPolicy>,
     delivery: RawDelivery,
     targets: Vec<RawDelivery>,
+    replay: RawReplay,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawReplay {
+    batch_size: u64,
+    stop_failure_ratio: f64,
+    require_approval: Vec<String>,
+    max_items: u64,
+}
+
+impl Default for RawReplay {
+    fn default() -> Self {
+        RawReplay {
+            batch_size: 10,
+            stop_failure_ratio: 0.2,
+            require_approval: Vec::new(),
+            max_items: 1000,
+        }
+    }
 }
 
 /// `[delivery]` and each `[[targets]]` share one shape (no `#[serde(flatten)]`: it would hide
@@ -684,6 +719,26 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
 
     let triage = validate_triage(raw.triage, raw.policy, problems);
     let (delivery, targets) = validate_delivery(raw.delivery, raw.targets, problems);
+    let replay_batch = in_range(
+        &mut |p| problems.push(p),
+        "replay.batch_size",
+        raw.replay.batch_size,
+        1,
+        1000,
+    );
+    let replay_max = in_range(
+        &mut |p| problems.push(p),
+        "replay.max_items",
+        raw.replay.max_items,
+        1,
+        100_000,
+    );
+    if !(0.0..=1.0).contains(&raw.replay.stop_failure_ratio) {
+        problems.push(format!(
+            "replay.stop_failure_ratio: {} must be from 0 to 1",
+            raw.replay.stop_failure_ratio
+        ));
+    }
 
     let data_dir = data_dir?;
     let log_dir = if raw.logging.dir.trim().is_empty() {
@@ -720,6 +775,12 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         triage: triage?,
         delivery: delivery?,
         targets,
+        replay: ReplayConfig {
+            batch_size: replay_batch as usize,
+            stop_failure_ratio: raw.replay.stop_failure_ratio,
+            require_approval: raw.replay.require_approval,
+            max_items: replay_max as usize,
+        },
     })
 }
 

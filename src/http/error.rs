@@ -75,7 +75,9 @@ impl From<InputError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound(_) | StoreError::NoGroup(_) => ApiError::not_found(e.to_string()),
+            StoreError::NotFound(_) | StoreError::NoGroup(_) | StoreError::NoJob(_) => {
+                ApiError::not_found(e.to_string())
+            }
             StoreError::Stale { .. } => ApiError::new(
                 StatusCode::PRECONDITION_FAILED,
                 "stale_version",

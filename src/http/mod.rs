@@ -5,6 +5,7 @@
 mod error;
 mod ingest;
 mod read;
+mod replays;
 mod triage;
 
 use std::sync::Arc;
@@ -44,6 +45,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/groups", get(triage::groups))
         .route("/v1/targets", get(read::targets))
+        .route("/v1/replays", post(replays::create))
+        .route("/v1/replays/{id}", get(replays::show))
+        .route("/v1/replays/{id}/{action}", post(replays::act))
         .route(
             "/v1/groups/{fingerprint}/actions",
             post(triage::group_action),

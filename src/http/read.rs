@@ -14,6 +14,7 @@ use crate::model::{parse_timestamp, FailureClass, Fingerprint, RecordId, Status}
 use crate::store::{ListFilter, ReadPool, StoreError};
 
 #[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     status: Option<String>,
     partition: Option<String>,
@@ -35,7 +36,7 @@ fn field<T>(name: &str, r: Result<T, String>) -> Result<T, ApiError> {
     r.map_err(|m| ApiError::invalid(name, m))
 }
 
-fn filter_from(q: ListQuery) -> Result<ListFilter, ApiError> {
+pub(super) fn filter_from(q: ListQuery) -> Result<ListFilter, ApiError> {
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(ApiError::invalid(

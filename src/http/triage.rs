@@ -44,7 +44,7 @@ struct PatchBody {
     version: Option<i64>,
 }
 
-fn json_body<T: serde::de::DeserializeOwned>(
+pub(super) fn json_body<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
     headers: &HeaderMap,
 ) -> Result<T, ApiError> {

@@ -2,7 +2,8 @@
 //!
 //! Every send carries `Idempotency-Key` (the record's key, so a repeat after a crash is
 //! recognisable downstream), `X-Deadletter-Id`, `X-Deadletter-Attempt` and
-//! `X-Deadletter-Replay: true`. 2xx is success; 408, 429, 5xx, timeouts and connection errors
+//! `X-Deadletter-Replay: true`; a replay with a new key also names the key it supersedes
+//! (`X-Deadletter-Supersedes`). 2xx is success; 408, 429, 5xx, timeouts and connection errors
 //! are transient (with `Retry-After` honoured); any other status — redirects included: a
 //! replayed POST must not silently become a GET elsewhere — is permanent. At most
 //! `EXCERPT_BYTES` of the answer are kept, redacted.
@@ -54,6 +55,8 @@ pub struct Outgoing<'a> {
     pub idempotency_key: &'a str,
     pub record_id: i64,
     pub attempt: i64,
+    /// The key this send replaces (a replay with a new key), sent as `X-Deadletter-Supersedes`.
+    pub supersedes: Option<&'a str>,
 }
 
 pub struct Dispatcher {
@@ -85,6 +88,9 @@ impl Dispatcher {
             .header("x-deadletter-id", out.record_id.to_string())
             .header("x-deadletter-attempt", out.attempt.to_string())
             .header("x-deadletter-replay", "true");
+        if let Some(old) = out.supersedes {
+            req = req.header("x-deadletter-supersedes", old);
+        }
         for (k, v) in &s.headers {
             req = req.header(k, v);
         }

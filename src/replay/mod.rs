@@ -14,6 +14,7 @@
 
 pub mod dispatcher;
 pub mod gate;
+pub mod jobs;
 pub mod scheduler;
 pub mod target;
 

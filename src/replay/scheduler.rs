@@ -33,14 +33,18 @@ const DUE_PER_TICK: usize = 64;
 const RETRY_AFTER_JITTER: Duration = Duration::from_millis(250);
 
 pub struct Scheduler {
-    store: Store,
-    config: Arc<Config>,
-    targets: Targets,
-    dispatcher: Dispatcher,
+    pub(super) store: Store,
+    pub(super) config: Arc<Config>,
+    pub(super) targets: Targets,
+    pub(super) dispatcher: Dispatcher,
     gates: Mutex<HashMap<String, Gate>>,
     /// Names this process's leases: `<pid>-<start ms>/<claim number>`.
     instance: String,
     claims: AtomicU64,
+    /// Replay jobs being worked on now, with what each is waiting for (if anything).
+    pub(super) active_jobs: Mutex<HashMap<i64, Option<String>>>,
+    /// Wakes the job loop when a job is created, approved or resumed.
+    pub(super) job_wakeup: tokio::sync::Notify,
 }
 
 /// A target's pacing, as the API shows it.
@@ -54,7 +58,7 @@ pub struct GateView {
     pub in_flight: usize,
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
@@ -68,11 +72,22 @@ impl Scheduler {
             gates: Mutex::new(HashMap::new()),
             instance: format!("{}-{}", std::process::id(), now_ms()),
             claims: AtomicU64::new(0),
+            active_jobs: Mutex::new(HashMap::new()),
+            job_wakeup: tokio::sync::Notify::new(),
             config,
         }))
     }
 
     /// Every target's pacing right now.
+    /// A new lease owner name.
+    pub(super) fn lease_owner(&self) -> String {
+        format!(
+            "{}/{}",
+            self.instance,
+            self.claims.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
     pub fn gates(&self) -> Vec<GateView> {
         let gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<GateView> = gates
@@ -98,6 +113,7 @@ impl Scheduler {
             Err(e) => tracing::error!(error = %e, "cannot release leftover leases"),
         }
         let mut sends = JoinSet::new();
+        let jobs = tokio::spawn(Arc::clone(&self).run_jobs(shutdown.clone()));
         let tick = self.config.delivery.tick;
         loop {
             tokio::select! {
@@ -110,6 +126,7 @@ impl Scheduler {
             while sends.try_join_next().is_some() {}
         }
         while sends.join_next().await.is_some() {}
+        let _ = jobs.await;
     }
 
     async fn tick(self: &Arc<Self>, sends: &mut JoinSet<()>) -> Result<(), StoreError> {
@@ -145,8 +162,7 @@ impl Scheduler {
             if !self.enter(&target) {
                 continue;
             }
-            let seq = self.claims.fetch_add(1, Ordering::Relaxed);
-            let owner = format!("{}/{seq}", self.instance);
+            let owner = self.lease_owner();
             let claim = Claim {
                 id: rec.id,
                 from: Status::RetryScheduled,
@@ -184,7 +200,7 @@ impl Scheduler {
     }
 
     /// Pass the target's gate: concurrency slot, rate token, breaker. False: not now.
-    fn enter(&self, target: &ResolvedTarget) -> bool {
+    pub(super) fn enter(&self, target: &ResolvedTarget) -> bool {
         let now = Instant::now();
         let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         let gate = gates
@@ -207,7 +223,7 @@ impl Scheduler {
     }
 
     /// Leave the gate: with the send's health, or `None` when nothing was sent.
-    fn leave(&self, target: &str, ok: Option<bool>) {
+    pub(super) fn leave(&self, target: &str, ok: Option<bool>) {
         let now = Instant::now();
         let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(g) = gates.get_mut(target) {
@@ -248,6 +264,7 @@ impl Scheduler {
                         idempotency_key: &key,
                         record_id: rec.id,
                         attempt,
+                        supersedes: None,
                     })
                     .await
             }
@@ -323,8 +340,7 @@ impl Scheduler {
     /// A record that cannot be sent at all goes to review, saying why (claimed first, so the
     /// move is the table's and audited).
     async fn give_up(&self, rec: &RecordSummary, why: &str) -> Result<(), StoreError> {
-        let seq = self.claims.fetch_add(1, Ordering::Relaxed);
-        let owner = format!("{}/{seq}", self.instance);
+        let owner = self.lease_owner();
         let claimed = match self
             .store
             .writer

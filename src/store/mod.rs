@@ -11,6 +11,7 @@
 
 mod apply;
 pub mod codec;
+pub mod jobs;
 mod query;
 pub mod schema;
 mod writer;
@@ -40,6 +41,8 @@ pub enum StoreError {
     NotFound(i64),
     #[error("no failure group with fingerprint {0}")]
     NoGroup(String),
+    #[error("no replay job with id {0}")]
+    NoJob(i64),
     #[error("dead letter {id} changed since it was read (version {expected} was read; it is now at {current}); read it again")]
     Stale {
         id: i64,
@@ -83,6 +86,7 @@ impl StoreError {
             self,
             StoreError::NotFound(_)
                 | StoreError::NoGroup(_)
+                | StoreError::NoJob(_)
                 | StoreError::Stale { .. }
                 | StoreError::IllegalMove(_)
                 | StoreError::Invalid(_)
@@ -224,6 +228,19 @@ impl ReadPool {
         version: Option<i64>,
     ) -> Result<Option<DocumentView>, StoreError> {
         self.with(|c| query::document(c, id, "item", version))
+    }
+
+    pub fn job(&self, id: i64) -> Result<jobs::JobView, StoreError> {
+        self.with(|c| jobs::get(c, id))
+    }
+
+    pub fn running_jobs(&self) -> Result<Vec<i64>, StoreError> {
+        self.with(jobs::running)
+    }
+
+    /// The record whose send with this key succeeded, if any.
+    pub fn key_succeeded(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        self.with(|c| jobs::key_succeeded(c, key))
     }
 
     /// Records due for an automatic retry at `now_ms`.

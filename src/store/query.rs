@@ -260,7 +260,7 @@ pub fn list(conn: &Connection, f: &ListFilter) -> Result<ListPage, StoreError> {
     if let Some(b) = f.before_id {
         add(" AND id < ?", Box::new(b));
     }
-    let limit = f.limit.clamp(1, 1000);
+    let limit = f.limit.clamp(1, 100_000);
     add(" ORDER BY id DESC LIMIT ?", Box::new((limit + 1) as i64));
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut items = stmt

@@ -152,8 +152,38 @@ CREATE TABLE attempts (
 CREATE INDEX attempts_record ON attempts(record_id, id);
 ";
 
+/// Replay jobs: the job (who asked, who approved, its state and settings) and its items in
+/// order, each with its outcome; an index to find whether an idempotency key ever succeeded.
+const V4: &str = "
+CREATE TABLE replay_jobs (
+    id                 INTEGER PRIMARY KEY,
+    created_at         INTEGER NOT NULL,
+    created_by         TEXT    NOT NULL,
+    -- awaiting_approval | running | paused | cancelled | stopped | done
+    status             TEXT    NOT NULL,
+    approved_by        TEXT,
+    approved_at        INTEGER,
+    new_keys           INTEGER NOT NULL DEFAULT 0,
+    batch_size         INTEGER NOT NULL,
+    stop_failure_ratio REAL    NOT NULL,
+    spec               TEXT    NOT NULL,
+    stop_reason        TEXT,
+    updated_at         INTEGER NOT NULL
+);
+CREATE TABLE replay_job_items (
+    job_id    INTEGER NOT NULL REFERENCES replay_jobs(id) ON DELETE CASCADE,
+    seq       INTEGER NOT NULL,
+    record_id INTEGER NOT NULL,
+    -- pending | succeeded | failed | skipped
+    state     TEXT    NOT NULL,
+    detail    TEXT,
+    PRIMARY KEY (job_id, seq)
+);
+CREATE INDEX attempts_key_success ON attempts(idempotency_key) WHERE outcome = 'success';
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 

@@ -25,6 +25,7 @@ use super::apply::{
     self, Change, Claim, Claimed, Finish, GroupAction, GroupItem, IngestOutcome, NewRecord,
     PoisonRule,
 };
+use super::jobs::{self, ItemOutcome, JobMove, JobStatus, NewJob};
 use super::query::RecordSummary;
 use super::StoreError;
 use crate::model::Status;
@@ -37,6 +38,9 @@ enum Op {
     Claim(Box<Claim>),
     Finish(Box<Finish>),
     Recover { now_ms: i64, only_expired: bool },
+    CreateJob(Box<NewJob>),
+    MoveJob(Box<JobMove>),
+    SetItem(Box<ItemOutcome>),
 }
 
 /// What it answers, one variant per `Op`.
@@ -47,6 +51,9 @@ enum Done {
     Claimed(Claimed),
     Finished(Status),
     Recovered(usize),
+    JobCreated(i64),
+    JobMoved(JobStatus),
+    ItemSet,
 }
 
 struct Request {
@@ -230,6 +237,33 @@ impl Writer {
         }
     }
 
+    pub async fn create_job(&self, job: NewJob) -> Result<i64, StoreError> {
+        match self.call(Op::CreateJob(Box::new(job))).await? {
+            Done::JobCreated(id) => Ok(id),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    pub async fn move_job(&self, m: JobMove) -> Result<JobStatus, StoreError> {
+        match self.call(Op::MoveJob(Box::new(m))).await? {
+            Done::JobMoved(s) => Ok(s),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    pub async fn set_item(&self, o: ItemOutcome) -> Result<(), StoreError> {
+        match self.call(Op::SetItem(Box::new(o))).await? {
+            Done::ItemSet => Ok(()),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
     pub fn is_alive(&self) -> bool {
         !self.slots.is_closed()
     }
@@ -337,6 +371,12 @@ fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, Stor
             now_ms,
             only_expired,
         } => Done::Recovered(apply::recover(conn, *now_ms, *only_expired)?),
+        Op::CreateJob(j) => Done::JobCreated(jobs::create(conn, j)?),
+        Op::MoveJob(m) => Done::JobMoved(jobs::apply_move(conn, m)?),
+        Op::SetItem(o) => {
+            jobs::set_item(conn, o)?;
+            Done::ItemSet
+        }
     })
 }
 

@@ -1,0 +1,320 @@
+//! Replay jobs over HTTP: `POST /v1/replays` (ids, or a filter with the count the operator
+//! expects; `dry_run` shows what would happen and sends nothing), `GET /v1/replays/{id}`, and
+//! `POST /v1/replays/{id}/{approve|pause|resume|cancel}`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::read::{filter_from, ListQuery};
+use super::triage::json_body;
+use super::{actor, ApiError, AppState};
+use crate::model::Status;
+use crate::replay::Targets;
+use crate::store::jobs::{JobMove, JobStatus, NewJob};
+use crate::store::{RecordSummary, StoreError};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayBody {
+    #[serde(default)]
+    ids: Option<Vec<i64>>,
+    /// The list endpoint's filters (status, partition, workflow, failure_class, …).
+    #[serde(default)]
+    filter: Option<ListQuery>,
+    #[serde(default)]
+    expected_count: Option<usize>,
+    #[serde(default)]
+    dry_run: bool,
+    /// Send with new idempotency keys (naming the old ones in X-Deadletter-Supersedes).
+    #[serde(default)]
+    new_keys: bool,
+    #[serde(default)]
+    batch_size: Option<usize>,
+    #[serde(default)]
+    stop_failure_ratio: Option<f64>,
+}
+
+/// The records a request names, oldest first, or why it is refused.
+async fn select(state: &AppState, b: &mut ReplayBody) -> Result<Vec<RecordSummary>, ApiError> {
+    let max = state.config.replay.max_items;
+    let readers = state.store.readers.clone();
+    match (b.ids.take(), b.filter.take()) {
+        (Some(_), Some(_)) => Err(ApiError::invalid("ids", "give ids or a filter, not both")),
+        (None, None) => Err(ApiError::invalid(
+            "ids",
+            "missing: name the records (ids) or give a filter with the count you expect; there is no \"replay everything\"",
+        )),
+        (Some(ids), None) => {
+            if ids.is_empty() || ids.len() > max {
+                return Err(ApiError::invalid("ids", format!("give 1 to {max} ids")));
+            }
+            let mut unique = ids.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            tokio::task::spawn_blocking(move || -> Result<Vec<RecordSummary>, StoreError> {
+                unique.iter().map(|id| readers.summary(*id)).collect()
+            })
+            .await
+            .map_err(|_| ApiError::internal())?
+            .map_err(ApiError::from)
+        }
+        (None, Some(f)) => {
+            let Some(expected) = b.expected_count else {
+                return Err(ApiError::invalid(
+                    "expected_count",
+                    "missing: a filter needs the number of records you expect it to match",
+                ));
+            };
+            let mut filter = filter_from(f)?;
+            filter.limit = max + 1;
+            filter.before_id = None;
+            let page = tokio::task::spawn_blocking(move || readers.list(&filter))
+                .await
+                .map_err(|_| ApiError::internal())??;
+            let mut items = page.items;
+            if items.len() > max {
+                return Err(ApiError::too_large(format!(
+                    "the filter matches more than {max} records (replay.max_items); narrow it"
+                )));
+            }
+            if items.len() != expected {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "count_mismatch",
+                    format!(
+                        "the filter matches {} record(s) now, not the {expected} you expected; look again before replaying",
+                        items.len()
+                    ),
+                ));
+            }
+            items.reverse();
+            Ok(items)
+        }
+    }
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let mut b: ReplayBody = json_body(body, &headers)?;
+    let who = actor(&headers, "api")?;
+    let ratio = b
+        .stop_failure_ratio
+        .unwrap_or(state.config.replay.stop_failure_ratio);
+    if !(0.0..=1.0).contains(&ratio) {
+        return Err(ApiError::invalid(
+            "stop_failure_ratio",
+            "must be from 0 to 1",
+        ));
+    }
+    let batch_size = b.batch_size.unwrap_or(state.config.replay.batch_size);
+    if batch_size == 0 || batch_size > 1000 {
+        return Err(ApiError::invalid("batch_size", "must be from 1 to 1000"));
+    }
+    let spec = json!({"ids": b.ids, "filter": b.filter.as_ref().map(|_| "given"), "expected_count": b.expected_count});
+    let records = select(&state, &mut b).await?;
+    if b.dry_run {
+        return dry_run(&state, records, b.new_keys).await;
+    }
+    let needs_approval = records
+        .iter()
+        .any(|r| state.config.replay.require_approval.contains(&r.partition));
+    let id = state
+        .store
+        .writer
+        .create_job(NewJob {
+            actor: who.clone(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            record_ids: records.iter().map(|r| r.id).collect(),
+            needs_approval,
+            new_keys: b.new_keys,
+            batch_size: batch_size as i64,
+            stop_failure_ratio: ratio,
+            spec,
+        })
+        .await?;
+    tracing::info!(
+        job = id,
+        items = records.len(),
+        actor = who,
+        needs_approval,
+        "replay job created"
+    );
+    if let Some(s) = &state.scheduler {
+        s.wake_jobs();
+    }
+    let view = job_json(&state, id).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+/// Per item: where it would go, with which key and payload version, how the payload differs
+/// from the original, and whether it would be skipped. Sends nothing, stores nothing.
+async fn dry_run(
+    state: &AppState,
+    records: Vec<RecordSummary>,
+    new_keys: bool,
+) -> Result<Response, ApiError> {
+    let targets = Targets::new(&state.config);
+    let readers = state.store.readers.clone();
+    let items = tokio::task::spawn_blocking(move || -> Result<Vec<Value>, StoreError> {
+        let mut out = Vec::new();
+        for r in records {
+            let original_key = r
+                .facts
+                .idempotency_key
+                .clone()
+                .unwrap_or_else(|| format!("deadletter-{}", r.id));
+            let key = if new_keys {
+                format!("{original_key}-replay-<job>")
+            } else {
+                original_key.clone()
+            };
+            let current = readers.payload(r.id, r.payload_version)?;
+            let first = readers.payload(r.id, Some(1))?;
+            let value: Option<Value> = current
+                .as_ref()
+                .and_then(|p| serde_json::from_str(&p.json).ok());
+            let target = targets.resolve(&r, value.as_ref());
+            let diff = match (&first, &value) {
+                (Some(f), Some(v)) => serde_json::from_str::<Value>(&f.json)
+                    .ok()
+                    .map(|f| serde_json::to_value(json_patch::diff(&f, v)).unwrap_or_default()),
+                _ => None,
+            };
+            let skip = if !r.status.is_open() {
+                Some(format!(
+                    "the record is {}: reopen it to replay it",
+                    r.status
+                ))
+            } else if matches!(r.status, Status::Retrying | Status::Replaying) {
+                Some(format!("the record is being sent ({})", r.status))
+            } else if let Some(other) = (!new_keys)
+                .then(|| readers.key_succeeded(&key))
+                .transpose()?
+                .flatten()
+            {
+                Some(format!(
+                    "idempotency key {key} was already delivered (record {other})"
+                ))
+            } else if current.is_none() {
+                Some("no payload to send".into())
+            } else if target.is_none() {
+                Some("no replay target".into())
+            } else {
+                None
+            };
+            out.push(json!({
+                "id": r.id, "status": r.status, "partition": r.partition,
+                "target": target.map(|t| json!({"name": t.name, "url": t.url})),
+                "idempotency_key": key,
+                "supersedes": new_keys.then_some(original_key),
+                "payload_version": r.payload_version,
+                "diff_from_original": diff,
+                "would_skip": skip,
+            }));
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|_| ApiError::internal())??;
+    let skipped = items.iter().filter(|i| !i["would_skip"].is_null()).count();
+    Ok(Json(json!({
+        "dry_run": true, "count": items.len(), "would_send": items.len() - skipped,
+        "would_skip": skipped, "items": items,
+    }))
+    .into_response())
+}
+
+async fn job_json(state: &AppState, id: i64) -> Result<Value, ApiError> {
+    let readers = state.store.readers.clone();
+    let job = tokio::task::spawn_blocking(move || readers.job(id))
+        .await
+        .map_err(|_| ApiError::internal())??;
+    let mut v = serde_json::to_value(&job).map_err(|_| ApiError::internal())?;
+    v["note"] = json!(state.scheduler.as_ref().and_then(|s| s.job_note(id)));
+    if state.scheduler.is_none() && job.status == JobStatus::Running {
+        v["note"] = json!("delivery is disabled ([delivery] enabled = false): the job waits");
+    }
+    Ok(v)
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::not_found(format!("no replay job {id}")))?;
+    Ok(Json(job_json(&state, id).await?).into_response())
+}
+
+pub async fn act(
+    State(state): State<AppState>,
+    Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::not_found(format!("no replay job {id}")))?;
+    let to = match action.as_str() {
+        "approve" | "resume" => JobStatus::Running,
+        "pause" => JobStatus::Paused,
+        "cancel" => JobStatus::Cancelled,
+        other => {
+            return Err(ApiError::not_found(format!(
+                "no action `{other}`; use approve, pause, resume or cancel"
+            )))
+        }
+    };
+    let who = actor(&headers, "api")?;
+    let job = {
+        let readers = state.store.readers.clone();
+        tokio::task::spawn_blocking(move || readers.job(id))
+            .await
+            .map_err(|_| ApiError::internal())??
+    };
+    // approve only approves; resume only resumes.
+    let fits = match action.as_str() {
+        "approve" => job.status == JobStatus::AwaitingApproval,
+        "resume" => job.status == JobStatus::Paused,
+        _ => true,
+    };
+    if !fits {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "illegal_job_move",
+            format!(
+                "replay job {id} is {}; it cannot be {action}d",
+                job.status.as_str()
+            ),
+        ));
+    }
+    state
+        .store
+        .writer
+        .move_job(JobMove {
+            id,
+            actor: who.clone(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            to,
+            reason: None,
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Invalid(m) => ApiError::new(StatusCode::CONFLICT, "illegal_job_move", m),
+            other => ApiError::from(other),
+        })?;
+    tracing::info!(job = id, action, actor = who, "replay job moved");
+    if let Some(s) = &state.scheduler {
+        s.wake_jobs();
+    }
+    Ok(Json(job_json(&state, id).await?).into_response())
+}
