@@ -10,4 +10,5 @@ mod durability;
 mod ingest;
 mod read;
 mod redaction;
+mod replays;
 mod triage;
