@@ -170,6 +170,14 @@ impl Ingestor {
             )
         });
 
+        // A replay that failed again: deadletter's own id comes back in the wrapped payload
+        // (`replay_dlq_id`) or in the request headers n8n's webhook item keeps.
+        let replay_of = f.payload.as_ref().and_then(|p| {
+            let id = p
+                .get("replay_dlq_id")
+                .or_else(|| p.pointer("/headers/x-deadletter-id"))?;
+            id.as_i64().or_else(|| id.as_str()?.parse().ok())
+        });
         let policy = self.triage.policy(verdict.class);
         let sla_ms = i64::try_from(policy.sla.as_millis()).unwrap_or(i64::MAX);
         NewRecord {
@@ -178,6 +186,7 @@ impl Ingestor {
             status: policy.initial,
             owner: policy.owner.clone(),
             due_at_ms: Some(now_ms.saturating_add(sla_ms)),
+            replay_of,
             next_attempt_at_ms: Some(
                 now_ms.saturating_add(
                     policy.backoff.delay(1, rand::random::<f64>()).as_millis() as i64

@@ -46,6 +46,8 @@ pub struct Sent {
     pub error: Option<String>,
     pub excerpt: Option<String>,
     pub retry_after: Option<Duration>,
+    /// The n8n execution the send started, when the answer names it (`executionId`).
+    pub downstream_execution_id: Option<String>,
 }
 
 /// One send's inputs.
@@ -131,6 +133,7 @@ impl Dispatcher {
                     error: Some(what),
                     excerpt: None,
                     retry_after: None,
+                    downstream_execution_id: None,
                 };
             }
         };
@@ -151,6 +154,7 @@ impl Dispatcher {
             status: Some(status),
             latency: started.elapsed(),
             error: (verdict != Verdict::Success).then(|| format!("the target answered {status}")),
+            downstream_execution_id: excerpt.as_deref().and_then(execution_id),
             excerpt,
             retry_after,
         }
@@ -164,6 +168,7 @@ impl Dispatcher {
             error: Some(why),
             excerpt: None,
             retry_after: None,
+            downstream_execution_id: None,
         }
     }
 
@@ -196,6 +201,21 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
+/// An n8n execution id in a target's JSON answer (`executionId`, `execution_id`, or
+/// `data.executionId`), as text.
+pub fn execution_id(answer: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(answer).ok()?;
+    let found = v
+        .get("executionId")
+        .or_else(|| v.get("execution_id"))
+        .or_else(|| v.pointer("/data/executionId"))?;
+    match found {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
 /// `Retry-After: 120` or an HTTP date; capped at `MAX_RETRY_AFTER`.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
@@ -213,6 +233,20 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_n8n_execution_id_is_found_in_the_answer() {
+        assert_eq!(
+            execution_id(r#"{"executionId":"77"}"#).as_deref(),
+            Some("77")
+        );
+        assert_eq!(
+            execution_id(r#"{"data":{"executionId":12}}"#).as_deref(),
+            Some("12")
+        );
+        assert_eq!(execution_id(r#"{"message":"Workflow was started"}"#), None);
+        assert_eq!(execution_id("not json"), None);
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates() {

@@ -386,6 +386,7 @@ impl Scheduler {
                     error: sent.error.clone(),
                     response_excerpt: sent.excerpt.clone(),
                     retry_after_ms: sent.retry_after.map(|d| d.as_millis() as i64),
+                    downstream_execution_id: sent.downstream_execution_id.clone(),
                 },
                 next,
             })

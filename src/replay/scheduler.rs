@@ -275,6 +275,7 @@ impl Scheduler {
                 error: Some(format!("cannot shape the body: {e}")),
                 excerpt: None,
                 retry_after: None,
+                downstream_execution_id: None,
             },
         };
         // A 4xx means the target is up: only transient failures count against its health.
@@ -305,6 +306,7 @@ impl Scheduler {
                 error: sent.error.clone(),
                 response_excerpt: sent.excerpt.clone(),
                 retry_after_ms: sent.retry_after.map(|d| d.as_millis() as i64),
+                downstream_execution_id: sent.downstream_execution_id.clone(),
             },
             next,
         };
@@ -382,6 +384,7 @@ impl Scheduler {
                     error: Some(why.to_owned()),
                     response_excerpt: None,
                     retry_after_ms: None,
+                    downstream_execution_id: None,
                 },
                 next: Next::Review(why.to_owned()),
             })

@@ -31,6 +31,8 @@ pub struct NewRecord {
     pub due_at_ms: Option<i64>,
     /// When a record entering retry_scheduled is first due.
     pub next_attempt_at_ms: Option<i64>,
+    /// The record whose replay failed again and produced this one.
+    pub replay_of: Option<i64>,
     pub credential_incident: bool,
     pub facts: FailureFacts,
     pub payload: Option<Encoded>,
@@ -263,10 +265,10 @@ pub fn ingest(
             node_name, node_type, http_status, error_code, error_name, error_message,
             idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
             business_object_type, business_object_id, replay_url,
-            owner, due_at, payload_version, poison, credential_incident, next_attempt_at)
+            owner, due_at, payload_version, poison, credential_incident, next_attempt_at, replay_of)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
                  ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
-                 ?34)",
+                 ?34, ?35)",
     )?
     .execute(params![
         r.partition,
@@ -303,6 +305,7 @@ pub fn ingest(
         poison,
         r.credential_incident,
         (status == Status::RetryScheduled).then_some(r.next_attempt_at_ms.unwrap_or(r.at_ms)),
+        r.replay_of,
     ])?;
     let id = conn.last_insert_rowid();
     if let Some(doc) = &r.payload {
@@ -329,6 +332,9 @@ pub fn ingest(
     }
     if let Some(o) = &r.owner {
         detail.insert("owner".into(), json!(o));
+    }
+    if let Some(of) = r.replay_of {
+        detail.insert("replay_of".into(), json!(of));
     }
     Audit {
         id,
@@ -575,6 +581,7 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     pub response_excerpt: Option<String>,
     pub retry_after_ms: Option<i64>,
+    pub downstream_execution_id: Option<String>,
 }
 
 /// Where a sent record goes next.
@@ -651,8 +658,9 @@ pub fn finish(conn: &Connection, f: &Finish) -> Result<Status, StoreError> {
     let a = &f.attempt;
     conn.prepare_cached(
         "INSERT INTO attempts (record_id, attempt, started_at, target, url, idempotency_key,
-             payload_version, outcome, status_code, latency_ms, error, response_excerpt, retry_after_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             payload_version, outcome, status_code, latency_ms, error, response_excerpt, retry_after_ms,
+             downstream_execution_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         f.id,
@@ -667,7 +675,8 @@ pub fn finish(conn: &Connection, f: &Finish) -> Result<Status, StoreError> {
         a.latency_ms,
         a.error,
         a.response_excerpt,
-        a.retry_after_ms
+        a.retry_after_ms,
+        a.downstream_execution_id
     ])?;
     let (status, owner): (Status, Option<String>) = conn
         .prepare_cached("SELECT status, lease_owner FROM dead_letters WHERE id = ?1")?

@@ -61,6 +61,8 @@ pub struct RecordSummary {
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// What the last delivery attempt, or the move to review, said.
     pub last_error: Option<String>,
+    /// The record whose replay failed again and produced this one.
+    pub replay_of: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -124,6 +126,7 @@ pub struct AttemptView {
     pub error: Option<String>,
     pub response_excerpt: Option<String>,
     pub retry_after_ms: Option<i64>,
+    pub downstream_execution_id: Option<String>,
 }
 
 const COLUMNS: &str = "id, partition, status, source, failure_class, class_rule, fingerprint, occurrences,
@@ -131,7 +134,8 @@ const COLUMNS: &str = "id, partition, status, source, failure_class, class_rule,
     execution_mode, retry_of, node_name, node_type, http_status, error_code, error_name, error_message,
     idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
     business_object_type, business_object_id, replay_url, owner, due_at, attempts,
-    version, payload_version, tags, poison, credential_incident, next_attempt_at, last_error";
+    version, payload_version, tags, poison, credential_incident, next_attempt_at, last_error,
+    replay_of";
 
 pub fn ms_to_time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms)
@@ -187,6 +191,7 @@ fn summary(r: &Row<'_>) -> rusqlite::Result<RecordSummary> {
         credential_incident: r.get(38)?,
         next_attempt_at: r.get::<_, Option<i64>>(39)?.map(ms_to_time),
         last_error: r.get(40)?,
+        replay_of: r.get(41)?,
     })
 }
 
@@ -366,7 +371,8 @@ pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
     let deliveries = conn
         .prepare_cached(
             "SELECT attempt, started_at, target, url, idempotency_key, payload_version, outcome,
-                    status_code, latency_ms, error, response_excerpt, retry_after_ms
+                    status_code, latency_ms, error, response_excerpt, retry_after_ms,
+                    downstream_execution_id
              FROM attempts WHERE record_id = ?1 ORDER BY id",
         )?
         .query_map([id], |r| {
@@ -383,6 +389,7 @@ pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
                 error: r.get(9)?,
                 response_excerpt: r.get(10)?,
                 retry_after_ms: r.get(11)?,
+                downstream_execution_id: r.get(12)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

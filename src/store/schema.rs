@@ -127,6 +127,8 @@ ALTER TABLE dead_letters ADD COLUMN next_attempt_at INTEGER;
 ALTER TABLE dead_letters ADD COLUMN lease_owner TEXT;
 ALTER TABLE dead_letters ADD COLUMN lease_expires_at INTEGER;
 ALTER TABLE dead_letters ADD COLUMN last_error TEXT;
+-- Lineage: the record whose replay failed again and produced this one.
+ALTER TABLE dead_letters ADD COLUMN replay_of INTEGER;
 UPDATE dead_letters SET next_attempt_at = last_seen_at WHERE status = 'retry_scheduled';
 CREATE INDEX dead_letters_due ON dead_letters(next_attempt_at) WHERE status = 'retry_scheduled';
 CREATE INDEX dead_letters_leased ON dead_letters(lease_expires_at) WHERE lease_owner IS NOT NULL;
@@ -147,7 +149,9 @@ CREATE TABLE attempts (
     error            TEXT,
     -- The start of the target's answer, capped and redacted.
     response_excerpt TEXT,
-    retry_after_ms   INTEGER
+    retry_after_ms   INTEGER,
+    -- The n8n execution the replay started, when the target's answer names it.
+    downstream_execution_id TEXT
 );
 CREATE INDEX attempts_record ON attempts(record_id, id);
 ";

@@ -125,6 +125,19 @@ fn a_replay_by_ids_sends_each_record_once_and_marks_it_replayed() {
         );
         assert_eq!(rec["deliveries"][0]["outcome"], "success");
     }
+    // When a replayed item fails again, n8n's error output posts it with the headers the replay
+    // sent: the new record names the one it came from.
+    let again = s.post(
+        "/v1/dead-letters",
+        json!({"item": {"headers": {"x-deadletter-id": ids[0].to_string()}, "body": {"n": 1}, "webhookUrl": "http://x/webhook/o"},
+               "error": {"status": 500}})
+        .to_string(),
+    );
+    assert_eq!(
+        s.get(&format!("/v1/dead-letters/{}", again.json["id"]))
+            .json["replay_of"],
+        ids[0]
+    );
     // The same ids again: every key already succeeded, so nothing is sent twice.
     let r = replay(&s, json!({"ids": ids}), "ana");
     let j = wait_job(&s, r.json["id"].as_i64().unwrap(), "done");
