@@ -52,6 +52,10 @@ pub enum Command {
     Edit(EditArgs),
     /// List failure groups (fingerprints), most recent first (needs the server).
     Groups(GroupsArgs),
+    /// Replay records to their targets: ids, or filters with --expect N (needs the server).
+    Replay(ReplayArgs),
+    /// Show or steer a replay job (needs the server).
+    Job(JobArgs),
     /// Write or validate the config file.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -184,4 +188,60 @@ pub enum ConfigCommand {
     },
     /// Validate a config file; names every bad key by its path.
     Check { path: PathBuf },
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Record ids (or use the filters with --expect).
+    pub ids: Vec<String>,
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub partition: Option<String>,
+    #[arg(long)]
+    pub workflow: Option<String>,
+    #[arg(long = "class")]
+    pub failure_class: Option<String>,
+    #[arg(long)]
+    pub fingerprint: Option<String>,
+    #[arg(long)]
+    pub since: Option<String>,
+    #[arg(long)]
+    pub until: Option<String>,
+    #[arg(long = "message", short = 'q')]
+    pub message: Option<String>,
+    /// How many records the filters must match (refused otherwise).
+    #[arg(long)]
+    pub expect: Option<usize>,
+    /// Show target, key, payload version and changes per record; send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Send with new idempotency keys (the old ones go in X-Deadletter-Supersedes).
+    #[arg(long)]
+    pub new_keys: bool,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Follow the job to its end with a progress bar.
+    #[arg(long)]
+    pub wait: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    #[arg(value_enum)]
+    pub action: JobAction,
+    pub id: i64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum JobAction {
+    Show,
+    Approve,
+    Pause,
+    Resume,
+    Cancel,
 }

@@ -36,6 +36,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Note(args) => commands::note::run(&client()?, args),
         Command::Edit(args) => commands::edit::run(&client()?, args),
         Command::Groups(args) => commands::groups::run(&client()?, args),
+        Command::Replay(args) => commands::replay::run(&client()?, args),
+        Command::Job(args) => commands::replay::job(&client()?, args),
         Command::Config(_) => unreachable!("handled above"),
     }
 }

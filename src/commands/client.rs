@@ -91,6 +91,14 @@ impl Client {
         self.send(self.http.get(format!("{}{path}", self.base)))
     }
 
+    pub fn post(&self, path: &str, body: Option<&Value>) -> anyhow::Result<Result<Value, Refusal>> {
+        let mut req = self.http.post(format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        Ok(self.send(req)?.map(|(v, _)| v))
+    }
+
     pub fn patch(
         &self,
         id: &str,

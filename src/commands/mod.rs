@@ -9,6 +9,7 @@ pub mod groups;
 pub mod list;
 pub mod note;
 pub mod reopen;
+pub mod replay;
 pub mod resolve;
 pub mod serve;
 pub mod show;

@@ -398,3 +398,85 @@ fn a_running_job_survives_kill_9_and_finishes_without_losing_or_sticking_items()
             .all(|g| g.header("idempotency-key") == Some(key.as_str())));
     }
 }
+
+#[test]
+fn the_cli_replays_with_a_dry_run_a_wait_and_job_verbs() {
+    let target = Target::start(vec![], ok());
+    let s = Server::start_with(&config(&target.url, "require_approval = [\"billing\"]"));
+    for n in 1..=3 {
+        post(&s, n, "orders");
+    }
+    let o = s.verb(&["replay", "--partition", "orders"]);
+    assert!(!o.status.success());
+    assert!(
+        crate::harness::stderr(&o).contains("--expect"),
+        "{}",
+        crate::harness::stderr(&o)
+    );
+    let o = s.verb(&[
+        "replay",
+        "--partition",
+        "orders",
+        "--expect",
+        "3",
+        "--dry-run",
+    ]);
+    assert!(o.status.success(), "{}", crate::harness::stderr(&o));
+    let out = crate::harness::stdout(&o);
+    assert!(
+        out.starts_with("dry run: 3 record(s), 3 would be sent"),
+        "{out}"
+    );
+    assert!(out.contains("key-1") && out.contains("orders"), "{out}");
+    assert!(target.got().is_empty());
+
+    let o = s.verb(&[
+        "replay",
+        "--partition",
+        "orders",
+        "--expect",
+        "3",
+        "--wait",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", crate::harness::stderr(&o));
+    let job: Value = serde_json::from_str(&crate::harness::stdout(&o)).unwrap();
+    assert_eq!(
+        (job["status"].as_str(), job["counts"]["succeeded"].as_i64()),
+        (Some("done"), Some(3))
+    );
+    assert_eq!(target.got().len(), 3);
+
+    let b = post(&s, 7, "billing");
+    let o = s.verb(&["replay", &b.to_string()]);
+    let out = crate::harness::stdout(&o);
+    assert!(out.contains("awaiting_approval"), "{out}");
+    let job_id = out
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .trim_end_matches(':')
+        .to_owned();
+    let o = s.verb(&["job", "approve", &job_id]);
+    assert!(
+        !o.status.success(),
+        "the requester (same --actor) cannot approve"
+    );
+    let o = s.cli(&[
+        "--server",
+        &s.url(""),
+        "--actor",
+        "second-person",
+        "job",
+        "approve",
+        &job_id,
+    ]);
+    assert!(o.status.success(), "{}", crate::harness::stderr(&o));
+    wait_job(&s, job_id.parse().unwrap(), "done");
+    let o = s.verb(&["job", "show", &job_id]);
+    assert!(
+        crate::harness::stdout(&o).contains("done — 1 delivered"),
+        "{}",
+        crate::harness::stdout(&o)
+    );
+}
