@@ -59,6 +59,8 @@ pub struct ReplayConfig {
     pub require_approval: Vec<String>,
     /// The most records one job may take.
     pub max_items: usize,
+    /// The most jobs one person may have open (awaiting approval, running or paused) at once.
+    pub max_open_jobs_per_actor: usize,
 }
 
 /// Automatic retries and replays.
@@ -272,6 +274,7 @@ struct RawReplay {
     stop_failure_ratio: f64,
     require_approval: Vec<String>,
     max_items: u64,
+    max_open_jobs_per_actor: u64,
 }
 
 impl Default for RawReplay {
@@ -281,6 +284,7 @@ impl Default for RawReplay {
             stop_failure_ratio: 0.2,
             require_approval: Vec::new(),
             max_items: 1000,
+            max_open_jobs_per_actor: 3,
         }
     }
 }
@@ -733,6 +737,13 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         1,
         100_000,
     );
+    let replay_per_actor = in_range(
+        &mut |p| problems.push(p),
+        "replay.max_open_jobs_per_actor",
+        raw.replay.max_open_jobs_per_actor,
+        1,
+        1000,
+    );
     if !(0.0..=1.0).contains(&raw.replay.stop_failure_ratio) {
         problems.push(format!(
             "replay.stop_failure_ratio: {} must be from 0 to 1",
@@ -780,6 +791,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
             stop_failure_ratio: raw.replay.stop_failure_ratio,
             require_approval: raw.replay.require_approval,
             max_items: replay_max as usize,
+            max_open_jobs_per_actor: replay_per_actor as usize,
         },
     })
 }

@@ -124,6 +124,21 @@ pub async fn create(
     if b.dry_run {
         return dry_run(&state, records, b.new_keys).await;
     }
+    let open = {
+        let (readers, who) = (state.store.readers.clone(), who.clone());
+        tokio::task::spawn_blocking(move || readers.open_jobs_of(&who))
+            .await
+            .map_err(|_| ApiError::internal())??
+    };
+    if open >= state.config.replay.max_open_jobs_per_actor as i64 {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_jobs",
+            format!(
+                "{who} has {open} replay job(s) open already (replay.max_open_jobs_per_actor); let one finish, or cancel it"
+            ),
+        ));
+    }
     let needs_approval = records
         .iter()
         .any(|r| state.config.replay.require_approval.contains(&r.partition));

@@ -275,3 +275,13 @@ pub fn key_succeeded(conn: &Connection, key: &str) -> Result<Option<i64>, StoreE
         .query_row([key], |r| r.get(0))
         .optional()?)
 }
+
+/// Jobs of this actor not yet ended (awaiting approval, running or paused).
+pub fn open_jobs_of(conn: &Connection, actor: &str) -> Result<i64, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(*) FROM replay_jobs
+             WHERE created_by = ?1 AND status IN ('awaiting_approval', 'running', 'paused')",
+        )?
+        .query_row([actor], |r| r.get(0))?)
+}

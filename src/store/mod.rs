@@ -234,6 +234,10 @@ impl ReadPool {
         self.with(|c| jobs::get(c, id))
     }
 
+    pub fn open_jobs_of(&self, actor: &str) -> Result<i64, StoreError> {
+        self.with(|c| jobs::open_jobs_of(c, actor))
+    }
+
     pub fn running_jobs(&self) -> Result<Vec<i64>, StoreError> {
         self.with(jobs::running)
     }

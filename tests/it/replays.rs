@@ -338,6 +338,22 @@ fn a_job_can_be_paused_resumed_and_cancelled() {
     );
     assert_eq!(act(&s, job, "resume", "ana").status, 409);
     assert_eq!(s.get("/v1/replays/999").status, 404);
+    // One person has at most 3 jobs open at once.
+    for _ in 0..3 {
+        let r = replay(&s, json!({"ids": [ids[9]]}), "carl");
+        assert_eq!(r.status, 201, "{}", r.text);
+        assert_eq!(
+            act(&s, r.json["id"].as_i64().unwrap(), "pause", "carl").status,
+            200
+        );
+    }
+    let r = replay(&s, json!({"ids": [ids[9]]}), "carl");
+    assert_eq!(
+        (r.status, r.json["error"]["code"].as_str()),
+        (429, Some("too_many_jobs")),
+        "{}",
+        r.text
+    );
 }
 
 #[test]
