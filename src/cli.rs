@@ -21,6 +21,16 @@ pub struct Cli {
     #[arg(long, global = true, env = "DEADLETTER_URL", value_name = "URL")]
     pub server: Option<String>,
 
+    /// A file holding your API token, for the verbs that talk to the server (or set
+    /// DEADLETTER_TOKEN). Never on the command line, where `ps` would show it.
+    #[arg(
+        long,
+        global = true,
+        env = "DEADLETTER_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
+
     /// Who you are, for the audit trail of the verbs that change records (default: $USER).
     #[arg(long, global = true, env = "DEADLETTER_ACTOR", value_name = "NAME")]
     pub actor: Option<String>,

@@ -46,6 +46,62 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub targets: Vec<TargetConfig>,
     pub replay: ReplayConfig,
+    pub auth: AuthConfig,
+}
+
+/// API tokens. With none configured, the API is open — and deadletter refuses to listen
+/// anywhere but loopback.
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    pub tokens: Vec<TokenConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TokenConfig {
+    /// Becomes the actor in the audit trail.
+    pub name: String,
+    pub role: crate::model::Role,
+    pub secret: TokenSecret,
+}
+
+/// Where a token comes from: read once at start from the environment or a file, or given only
+/// as its sha256 (so the config file holds no secret).
+#[derive(Clone, PartialEq, Eq)]
+pub enum TokenSecret {
+    Env(String),
+    File(PathBuf),
+    Sha256([u8; 32]),
+}
+
+impl std::fmt::Debug for TokenSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenSecret::Env(v) => write!(f, "env:{v}"),
+            TokenSecret::File(p) => write!(f, "file:{}", p.display()),
+            TokenSecret::Sha256(_) => f.write_str("sha256:[REDACTED]"),
+        }
+    }
+}
+
+impl TokenSecret {
+    /// The token's sha256, reading it now if it lives in the environment or a file.
+    pub fn digest(&self) -> Result<[u8; 32], String> {
+        use sha2::{Digest, Sha256};
+        let token = match self {
+            TokenSecret::Sha256(d) => return Ok(*d),
+            TokenSecret::Env(v) => {
+                std::env::var(v).map_err(|_| format!("environment variable {v} is not set"))?
+            }
+            TokenSecret::File(p) => std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+        };
+        if token.len() < 16 {
+            return Err("a token must be at least 16 characters".into());
+        }
+        Ok(Sha256::digest(token.as_bytes()).into())
+    }
 }
 
 /// Operator replay jobs.
@@ -213,6 +269,10 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub body_limit_bytes: usize,
     pub batch_max_items: usize,
+    /// A request whose body has not arrived by then gets 408 (slow clients hold nothing).
+    pub request_timeout: Duration,
+    /// After SIGTERM/SIGINT: how long in-flight requests and sends may take before exit.
+    pub shutdown_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -265,6 +325,23 @@ struct RawConfig {
     delivery: RawDelivery,
     targets: Vec<RawDelivery>,
     replay: RawReplay,
+    auth: RawAuth,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RawAuth {
+    tokens: Vec<RawToken>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RawToken {
+    name: String,
+    role: String,
+    env: Option<String>,
+    file: Option<String>,
+    sha256: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -362,6 +439,8 @@ struct RawServer {
     listen: String,
     body_limit_bytes: u64,
     batch_max_items: u64,
+    request_timeout: String,
+    shutdown_timeout: String,
 }
 
 impl Default for RawServer {
@@ -370,6 +449,8 @@ impl Default for RawServer {
             listen: "127.0.0.1:7680".into(),
             body_limit_bytes: 16 * 1024 * 1024,
             batch_max_items: 1000,
+            request_timeout: "30s".into(),
+            shutdown_timeout: "10s".into(),
         }
     }
 }
@@ -721,7 +802,18 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         }
     };
 
+    let request_timeout = duration(
+        problems,
+        "server.request_timeout",
+        &raw.server.request_timeout,
+    );
+    let shutdown_timeout = duration(
+        problems,
+        "server.shutdown_timeout",
+        &raw.server.shutdown_timeout,
+    );
     let triage = validate_triage(raw.triage, raw.policy, problems);
+    let auth = validate_auth(raw.auth, problems);
     let (delivery, targets) = validate_delivery(raw.delivery, raw.targets, problems);
     let replay_batch = in_range(
         &mut |p| problems.push(p),
@@ -762,6 +854,8 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
             listen: listen?,
             body_limit_bytes: body_limit_bytes as usize,
             batch_max_items: batch_max_items as usize,
+            request_timeout: request_timeout?,
+            shutdown_timeout: shutdown_timeout?,
         },
         storage: StorageConfig {
             data_dir,
@@ -786,6 +880,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         triage: triage?,
         delivery: delivery?,
         targets,
+        auth: auth?,
         replay: ReplayConfig {
             batch_size: replay_batch as usize,
             stop_failure_ratio: raw.replay.stop_failure_ratio,
@@ -794,6 +889,51 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
             max_open_jobs_per_actor: replay_per_actor as usize,
         },
     })
+}
+
+fn validate_auth(raw: RawAuth, problems: &mut Vec<String>) -> Option<AuthConfig> {
+    let mut tokens: Vec<TokenConfig> = Vec::new();
+    for (i, t) in raw.tokens.into_iter().enumerate() {
+        let path = format!("auth.tokens[{i}]");
+        if t.name.trim().is_empty() || tokens.iter().any(|o| o.name == t.name) {
+            problems.push(format!(
+                "{path}.name: `{}` is missing, empty or used twice",
+                t.name
+            ));
+        }
+        let role = match t.role.parse::<crate::model::Role>() {
+            Ok(r) => r,
+            Err(m) => {
+                problems.push(format!("{path}.role: {m}"));
+                continue;
+            }
+        };
+        let secret = match (t.env, t.file, t.sha256) {
+            (Some(e), None, None) => TokenSecret::Env(e),
+            (None, Some(f), None) => TokenSecret::File(PathBuf::from(f)),
+            (None, None, Some(h)) => match hex::decode(h.trim()) {
+                Ok(b) if b.len() == 32 => {
+                    let mut d = [0u8; 32];
+                    d.copy_from_slice(&b);
+                    TokenSecret::Sha256(d)
+                }
+                _ => {
+                    problems.push(format!("{path}.sha256: not 64 hex digits"));
+                    continue;
+                }
+            },
+            _ => {
+                problems.push(format!("{path}: give exactly one of env, file or sha256"));
+                continue;
+            }
+        };
+        tokens.push(TokenConfig {
+            name: t.name,
+            role,
+            secret,
+        });
+    }
+    Some(AuthConfig { tokens })
 }
 
 fn settings(

@@ -23,8 +23,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return commands::config::run(cmd);
     }
     let config = commands::load_config(&cli)?;
-    let (server, actor) = (cli.server.clone(), cli.actor.clone());
-    let client = || commands::client::Client::new(server.as_deref(), actor.as_deref(), &config);
+    let (server, actor, token_file) = (
+        cli.server.clone(),
+        cli.actor.clone(),
+        cli.token_file.clone(),
+    );
+    let client = || {
+        commands::client::Client::new(
+            server.as_deref(),
+            actor.as_deref(),
+            token_file.as_deref(),
+            &config,
+        )
+    };
     match cli.command {
         Command::Serve(args) => commands::serve::run(config, args),
         Command::List(args) => commands::list::run(&config, args),

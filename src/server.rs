@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::http::{router, AppState};
+use crate::http::{router, AppState, Tokens};
 use crate::ingest::Ingestor;
 use crate::replay::Scheduler;
 use crate::store::{PoisonRule, Store, StoreError};
@@ -19,6 +19,17 @@ pub enum ServerError {
     Store(#[from] StoreError),
     #[error("HTTP server failed: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Why deadletter will not listen on a non-loopback address without tokens.
+pub fn open_refusal(addr: std::net::SocketAddr) -> String {
+    format!(
+        "refusing to listen on {addr} with no API token configured: anyone who can reach it could \
+         read payloads and replay them. Listen on 127.0.0.1, or add an [[auth.tokens]] entry (see \
+         `deadletter config init`)."
+    )
 }
 
 /// Open the store for `config` (migrating it) without serving: lets `main` fail fast, before it
@@ -37,6 +48,11 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let tokens = Tokens::resolve(&config.auth).map_err(ServerError::Refused)?;
+    let addr = listener.local_addr()?;
+    if tokens.is_empty() && !addr.ip().is_loopback() {
+        return Err(ServerError::Refused(open_refusal(addr)));
+    }
     let config = Arc::new(config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let scheduler = if config.delivery.enabled {
@@ -52,15 +68,30 @@ pub async fn serve(
         config,
         store,
         scheduler,
+        tokens,
     };
     let app = router(state.clone());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let bound = state.config.server.shutdown_timeout;
+    let (asked_tx, mut asked_rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = asked_tx.send(true);
+    });
+    // Stop within `shutdown_timeout` of the signal, whatever clients or targets do.
+    let deadline = async move {
+        let _ = asked_rx.wait_for(|asked| *asked).await;
+        tokio::time::sleep(bound).await;
+    };
+    tokio::select! {
+        r = server => r?,
+        _ = deadline => tracing::warn!(?bound, "requests still in flight at the shutdown deadline; stopping anyway"),
+    }
     tracing::info!("HTTP server stopped; finishing sends in flight");
     let _ = stop_tx.send(true);
     if let Some(task) = scheduler_task {
-        let _ = task.await;
+        if tokio::time::timeout(bound, task).await.is_err() {
+            tracing::warn!(?bound, "sends still in flight at the shutdown deadline; their leases will release them on the next start");
+        }
     }
     tracing::info!("draining the writer");
     // Dropping the last writer handle joins the writer thread after its final commit.

@@ -12,6 +12,7 @@ use crate::config::Config;
 pub struct Client {
     base: String,
     actor: String,
+    token: Option<String>,
     http: reqwest::blocking::Client,
 }
 
@@ -32,12 +33,24 @@ impl std::fmt::Display for Refusal {
 impl std::error::Error for Refusal {}
 
 impl Client {
-    /// `server` and `actor` as the global flags give them.
+    /// `server`, `actor` and `token_file` as the global flags give them.
     pub fn new(
         server: Option<&str>,
         actor: Option<&str>,
+        token_file: Option<&std::path::Path>,
         config: &Config,
     ) -> anyhow::Result<Client> {
+        let token = match token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading the token file {}", p.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => std::env::var("DEADLETTER_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
+        };
         let base = match server {
             Some(u) => u.trim_end_matches('/').to_owned(),
             None => format!("http://{}", config.server.listen),
@@ -51,13 +64,22 @@ impl Client {
             .timeout(Duration::from_secs(60))
             .build()
             .context("building the HTTP client")?;
-        Ok(Client { base, actor, http })
+        Ok(Client {
+            base,
+            actor,
+            token,
+            http,
+        })
     }
 
     fn send(
         &self,
         req: reqwest::blocking::RequestBuilder,
     ) -> anyhow::Result<Result<(Value, Option<String>), Refusal>> {
+        let req = match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
         let res = req
             .header("x-deadletter-actor", &self.actor)
             .send()

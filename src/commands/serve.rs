@@ -13,6 +13,17 @@ pub fn run(mut config: Config, args: ServeArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.listen {
         config.server.listen = addr;
     }
+    // Refuse before anything is opened or printed.
+    if config.auth.tokens.is_empty() && !config.server.listen.ip().is_loopback() {
+        anyhow::bail!(server::open_refusal(config.server.listen));
+    }
+    crate::http::Tokens::resolve(&config.auth).map_err(anyhow::Error::msg)?;
+    // Everything deadletter creates (data dir, database, WAL, logs) is the user's alone.
+    #[cfg(unix)]
+    // SAFETY: umask only sets this process's file-creation mask; it cannot fail.
+    unsafe {
+        libc::umask(0o077);
+    }
     let _log = logging::init_server(&config.logging);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

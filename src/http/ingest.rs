@@ -10,7 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, Caller};
 use crate::ingest::{Ingestor, RequestContext};
 use crate::model::{
     FailureClass, Fingerprint, InputError, Partition, ShortText, Source, MAX_KEY_BYTES,
@@ -28,30 +28,33 @@ pub struct IngestQuery {
 
 pub async fn error_trigger(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<IngestQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    ingest_one(state, Source::ErrorTrigger, query, headers, body).await
+    ingest_one(state, caller, Source::ErrorTrigger, query, headers, body).await
 }
 
 pub async fn envelope(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<IngestQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    ingest_one(state, Source::Envelope, query, headers, body).await
+    ingest_one(state, caller, Source::Envelope, query, headers, body).await
 }
 
 async fn ingest_one(
     state: AppState,
+    caller: Caller,
     source: Source,
     query: Result<Query<IngestQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (ctx, body) = request_parts(&state, query, &headers, body)?;
+    let (ctx, body) = request_parts(&state, &caller, query, &headers, body)?;
     let now = now_ms();
     let ingestor = state.ingestor.clone();
     let rec = if body.len() <= INLINE_PREPARE_BYTES {
@@ -111,11 +114,12 @@ fn answer(o: &IngestOutcome, c: &Created) -> Response {
 
 pub async fn batch(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<IngestQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (ctx, body) = request_parts(&state, query, &headers, body)?;
+    let (ctx, body) = request_parts(&state, &caller, query, &headers, body)?;
     let max = state.config.server.batch_max_items;
     let ingestor = state.ingestor.clone();
     let now = now_ms();
@@ -193,6 +197,7 @@ pub async fn batch(
 /// string and headers.
 fn request_parts(
     state: &AppState,
+    caller: &Caller,
     query: Result<Query<IngestQuery>, QueryRejection>,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -254,7 +259,7 @@ fn request_parts(
         ),
         None => None,
     };
-    let actor = super::actor(headers, "ingest")?;
+    let actor = caller.actor("ingest");
     Ok((
         RequestContext {
             partition,

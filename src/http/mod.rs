@@ -2,6 +2,7 @@
 //! call `ingest` or `store`, shape the answer); `ApiError` turns every failure into JSON.
 //! This is the only module that knows status codes; it never sees a rusqlite type.
 
+mod auth;
 mod error;
 mod ingest;
 mod read;
@@ -17,6 +18,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
+pub use auth::{Caller, Identity, Tokens};
 pub use error::ApiError;
 
 use crate::config::Config;
@@ -31,10 +33,13 @@ pub struct AppState {
     pub ingestor: Arc<Ingestor>,
     /// The retry scheduler, when delivery is enabled (its gates are shown by /v1/targets).
     pub scheduler: Option<Arc<crate::replay::Scheduler>>,
+    /// API tokens (empty: the API is open, on loopback only).
+    pub tokens: Tokens,
 }
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.server.body_limit_bytes;
+    let request_timeout = state.config.server.request_timeout;
     let api = Router::new()
         .route("/v1/n8n/error-trigger", post(ingest::error_trigger))
         .route("/v1/dead-letters", post(ingest::envelope).get(read::list))
@@ -55,24 +60,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dead-letters/{id}/payload", get(read::payload))
         .route("/healthz", get(read::healthz))
         .route("/readyz", get(read::readyz))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
         .with_state(state);
-    with_layers(api, body_limit)
-}
-
-/// Who is asking: the `X-Deadletter-Actor` header (a person's name, a workflow, a script), or
-/// `default`. The access-control issue will bind it to the caller's token.
-pub(crate) fn actor(headers: &axum::http::HeaderMap, default: &str) -> Result<String, ApiError> {
-    match headers.get("x-deadletter-actor") {
-        None => Ok(default.to_owned()),
-        Some(v) => {
-            let v = v.to_str().map_err(|_| {
-                ApiError::bad_request("header X-Deadletter-Actor is not visible ASCII")
-            })?;
-            crate::model::ShortText::parse("X-Deadletter-Actor", v, 128)
-                .map(crate::model::ShortText::into_string)
-                .map_err(|m| ApiError::invalid("X-Deadletter-Actor", m))
-        }
-    }
+    with_layers(api, body_limit).layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        request_timeout,
+    ))
 }
 
 /// The layers every route gets; the bench harness wraps its parse-only handler in the same.

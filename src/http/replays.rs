@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::read::{filter_from, ListQuery};
 use super::triage::json_body;
-use super::{actor, ApiError, AppState};
+use super::{ApiError, AppState, Caller};
 use crate::model::Status;
 use crate::replay::Targets;
 use crate::store::jobs::{JobMove, JobStatus, NewJob};
@@ -101,11 +101,12 @@ async fn select(state: &AppState, b: &mut ReplayBody) -> Result<Vec<RecordSummar
 
 pub async fn create(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let mut b: ReplayBody = json_body(body, &headers)?;
-    let who = actor(&headers, "api")?;
+    let who = caller.actor("api");
     let ratio = b
         .stop_failure_ratio
         .unwrap_or(state.config.replay.stop_failure_ratio);
@@ -147,6 +148,7 @@ pub async fn create(
         .writer
         .create_job(NewJob {
             actor: who.clone(),
+            token: caller.token(),
             at_ms: chrono::Utc::now().timestamp_millis(),
             record_ids: records.iter().map(|r| r.id).collect(),
             needs_approval,
@@ -274,7 +276,7 @@ pub async fn show(
 pub async fn act(
     State(state): State<AppState>,
     Path((id, action)): Path<(String, String)>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
     let id: i64 = id
         .parse()
@@ -289,7 +291,10 @@ pub async fn act(
             )))
         }
     };
-    let who = actor(&headers, "api")?;
+    if action == "approve" {
+        caller.require(crate::model::Role::Admin)?;
+    }
+    let who = caller.actor("api");
     let job = {
         let readers = state.store.readers.clone();
         tokio::task::spawn_blocking(move || readers.job(id))
@@ -318,6 +323,7 @@ pub async fn act(
         .move_job(JobMove {
             id,
             actor: who.clone(),
+            token: caller.token(),
             at_ms: chrono::Utc::now().timestamp_millis(),
             to,
             reason: None,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{actor, ApiError, AppState};
+use super::{ApiError, AppState, Caller};
 use crate::model::{FailureClass, Fingerprint, RecordId, ShortText, Status};
 use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, PayloadEdit, RecordSummary};
 
@@ -124,6 +124,7 @@ pub fn with_etag(summary: &RecordSummary) -> Response {
 pub async fn patch(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -131,7 +132,7 @@ pub async fn patch(
     let b: PatchBody = json_body(body, &headers)?;
     let mut change = Change {
         id,
-        actor: actor(&headers, "api")?,
+        actor: caller.actor("api"),
         at_ms: chrono::Utc::now().timestamp_millis(),
         expected_version: expected_version(&headers, b.version)?,
         ..Change::default()
@@ -271,6 +272,7 @@ struct ActionBody {
 pub async fn group_action(
     State(state): State<AppState>,
     Path(fingerprint): Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -310,7 +312,7 @@ pub async fn group_action(
         .writer
         .group_action(GroupAction {
             fingerprint,
-            actor: actor(&headers, "api")?,
+            actor: caller.actor("api"),
             at_ms: chrono::Utc::now().timestamp_millis(),
             kind,
             text,

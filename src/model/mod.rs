@@ -15,7 +15,7 @@ pub use ids::{Fingerprint, Partition, RecordId, ShortText};
 pub use input::{
     parse_envelope, parse_error_trigger, InputError, ParsedFailure, Source, MAX_KEY_BYTES,
 };
-pub use record::{EventKind, FailureClass, FailureFacts, Status};
+pub use record::{EventKind, FailureClass, FailureFacts, Role, Status};
 pub use status::{Move, MoveError, Mover};
 
 /// Parse a time given by an operator: RFC 3339 (`2026-11-29T10:00:00Z`), or a date

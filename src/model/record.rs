@@ -117,6 +117,16 @@ named_enum! {
 }
 
 named_enum! {
+    /// What an API token may do. `ingest`: post failures (what n8n gets); `operator`: read,
+    /// triage and request replays; `admin`: everything, including approving replay jobs.
+    Role {
+        Ingest => "ingest",
+        Operator => "operator",
+        Admin => "admin",
+    }
+}
+
+named_enum! {
     /// What an audit event records.
     EventKind {
         Created => "created",

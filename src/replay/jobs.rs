@@ -185,6 +185,7 @@ impl Scheduler {
             .move_job(JobMove {
                 id,
                 actor: SYSTEM.into(),
+                token: None,
                 at_ms: now_ms(),
                 to,
                 reason,

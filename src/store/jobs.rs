@@ -56,6 +56,8 @@ impl JobStatus {
 #[derive(Debug, Clone)]
 pub struct NewJob {
     pub actor: String,
+    /// The API token the request came with (the two-person rule compares tokens).
+    pub token: Option<String>,
     pub at_ms: i64,
     pub record_ids: Vec<i64>,
     pub needs_approval: bool,
@@ -71,6 +73,7 @@ pub struct NewJob {
 pub struct JobMove {
     pub id: i64,
     pub actor: String,
+    pub token: Option<String>,
     pub at_ms: i64,
     pub to: JobStatus,
     pub reason: Option<String>,
@@ -126,8 +129,9 @@ pub fn create(conn: &Connection, j: &NewJob) -> Result<i64, StoreError> {
         JobStatus::Running
     };
     conn.prepare_cached(
-        "INSERT INTO replay_jobs (created_at, created_by, status, new_keys, batch_size, stop_failure_ratio, spec, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?1)",
+        "INSERT INTO replay_jobs (created_at, created_by, created_by_token, status, new_keys, batch_size,
+             stop_failure_ratio, spec, updated_at)
+         VALUES (?1, ?2, ?8, ?3, ?4, ?5, ?6, ?7, ?1)",
     )?
     .execute(params![
         j.at_ms,
@@ -136,7 +140,8 @@ pub fn create(conn: &Connection, j: &NewJob) -> Result<i64, StoreError> {
         j.new_keys,
         j.batch_size,
         j.stop_failure_ratio,
-        j.spec.to_string()
+        j.spec.to_string(),
+        j.token
     ])?;
     let id = conn.last_insert_rowid();
     let mut insert = conn.prepare_cached(
@@ -150,9 +155,11 @@ pub fn create(conn: &Connection, j: &NewJob) -> Result<i64, StoreError> {
 
 /// The moves a job may make, and who may make them.
 pub fn apply_move(conn: &Connection, m: &JobMove) -> Result<JobStatus, StoreError> {
-    let (status, created_by): (String, String) = conn
-        .prepare_cached("SELECT status, created_by FROM replay_jobs WHERE id = ?1")?
-        .query_row([m.id], |r| Ok((r.get(0)?, r.get(1)?)))
+    let (status, created_by, created_token): (String, String, Option<String>) = conn
+        .prepare_cached(
+            "SELECT status, created_by, created_by_token FROM replay_jobs WHERE id = ?1",
+        )?
+        .query_row([m.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?
         .ok_or(StoreError::NoJob(m.id))?;
     let from = JobStatus::parse(&status)?;
@@ -177,7 +184,13 @@ pub fn apply_move(conn: &Connection, m: &JobMove) -> Result<JobStatus, StoreErro
         )));
     }
     if from == AwaitingApproval && m.to == Running {
-        if m.actor == created_by {
+        // With tokens, the identity is the token: a second name under the same token is not a
+        // second person.
+        let same = match (&created_token, &m.token) {
+            (Some(a), Some(b)) => a == b,
+            _ => m.actor == created_by,
+        };
+        if same {
             return Err(StoreError::Invalid(format!(
                 "replay job {} needs a second person: {} asked for it and cannot approve it",
                 m.id, created_by

@@ -68,6 +68,8 @@ pub enum StoreError {
     DiskFull(String),
     #[error("the writer has stopped")]
     WriterGone,
+    #[error("{0}")]
+    Busy(String),
     #[error("stored data is damaged: {0}")]
     Corrupt(String),
     #[error("cannot prepare {path}: {source}")]
@@ -152,6 +154,23 @@ fn open_writer_conn(path: &Path, busy_timeout: Duration) -> Result<Connection, S
         conn.pragma_update(None, "checkpoint_fullfsync", "ON")?;
     }
     schema::migrate(&mut conn, path)?;
+    // Prove now that this connection can write, so a database locked by another process (a
+    // sqlite3 shell in a transaction, a backup) or on a read-only disk is a clear message at
+    // start rather than failed ingests later.
+    conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").map_err(|e| match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
+        {
+            StoreError::Busy(format!(
+                "{} is locked by another process (a sqlite3 shell in a transaction? a backup?); stop it and start again",
+                path.display()
+            ))
+        }
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ReadOnly => {
+            StoreError::Busy(format!("{} cannot be written (read-only file or disk)", path.display()))
+        }
+        other => other.into(),
+    })?;
     Ok(conn)
 }
 
@@ -267,15 +286,39 @@ pub struct Store {
     pub writer: Writer,
     pub readers: ReadPool,
     pub path: PathBuf,
+    /// Held for as long as the store is open: one deadletter per data dir (leases and the
+    /// single writer assume it).
+    _instance: Arc<std::fs::File>,
 }
 
 impl Store {
     /// Create the data dir if needed, open and migrate the database, start the writer thread.
     pub fn open(cfg: &StorageConfig, poison: PoisonRule) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StoreError::Io {
+        let io = |source| StoreError::Io {
             path: cfg.data_dir.clone(),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(&cfg.data_dir).map_err(io)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // Payloads are customer data: the directory is the user's alone.
+            std::fs::set_permissions(&cfg.data_dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(io)?;
+        }
+        let lock_path = cfg.data_dir.join("deadletter.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io)?;
+        if lock.try_lock().is_err() {
+            return Err(StoreError::Busy(format!(
+                "another deadletter is already serving {}; stop it first (one server per data dir)",
+                cfg.data_dir.display()
+            )));
+        }
         let path = cfg.db_path();
         let conn = open_writer_conn(&path, cfg.busy_timeout)?;
         let writer = Writer::start(conn, cfg.writer_max_batch, poison)?;
@@ -284,6 +327,7 @@ impl Store {
             writer,
             readers,
             path,
+            _instance: Arc::new(lock),
         })
     }
 }

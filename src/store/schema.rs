@@ -163,6 +163,7 @@ CREATE TABLE replay_jobs (
     id                 INTEGER PRIMARY KEY,
     created_at         INTEGER NOT NULL,
     created_by         TEXT    NOT NULL,
+    created_by_token   TEXT,
     -- awaiting_approval | running | paused | cancelled | stopped | done
     status             TEXT    NOT NULL,
     approved_by        TEXT,
