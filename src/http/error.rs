@@ -59,6 +59,28 @@ impl ApiError {
     }
 }
 
+/// A body that could not be read: too large (413), too slow (408, the request timeout), or
+/// broken (400).
+pub fn body_error(e: axum::extract::rejection::BytesRejection, limit: usize) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::too_large(format!(
+            "the body is larger than {limit} bytes (server.body_limit_bytes)"
+        ));
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = cur {
+        if err.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the body did not arrive in time (server.request_timeout)",
+            );
+        }
+        cur = err.source();
+    }
+    ApiError::bad_request(format!("cannot read the body: {}", e.body_text()))
+}
+
 impl From<InputError> for ApiError {
     fn from(e: InputError) -> Self {
         match e {

@@ -228,16 +228,7 @@ fn request_parts(
             ),
         ));
     }
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(format!(
-                "the body is larger than {} bytes (server.body_limit_bytes)",
-                state.config.server.body_limit_bytes
-            ))
-        } else {
-            ApiError::bad_request(format!("cannot read the body: {e}"))
-        }
-    })?;
+    let body = body.map_err(|e| super::body_error(e, state.config.server.body_limit_bytes))?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
     let header_str = |name: &str| -> Result<Option<String>, ApiError> {
         match headers.get(name) {

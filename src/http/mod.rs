@@ -19,7 +19,7 @@ use axum::Router;
 use tower_http::trace::TraceLayer;
 
 pub use auth::{Caller, Identity, Tokens};
-pub use error::ApiError;
+pub use error::{body_error, ApiError};
 
 use crate::config::Config;
 use crate::ingest::Ingestor;

@@ -105,7 +105,7 @@ pub async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let mut b: ReplayBody = json_body(body, &headers)?;
+    let mut b: ReplayBody = json_body(body, &headers, state.config.server.body_limit_bytes)?;
     let who = caller.actor("api");
     let ratio = b
         .stop_failure_ratio

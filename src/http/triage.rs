@@ -47,6 +47,7 @@ struct PatchBody {
 pub(super) fn json_body<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
     headers: &HeaderMap,
+    limit: usize,
 ) -> Result<T, ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
@@ -65,7 +66,7 @@ pub(super) fn json_body<T: serde::de::DeserializeOwned>(
             "send the body as JSON with `Content-Type: application/json`",
         ));
     }
-    let body = body.map_err(|e| ApiError::new(e.status(), "bad_request", e.body_text()))?;
+    let body = body.map_err(|e| super::body_error(e, limit))?;
     let de = &mut serde_json::Deserializer::from_slice(&body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -129,7 +130,7 @@ pub async fn patch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = RecordId::parse(&id).map_err(ApiError::not_found)?.get();
-    let b: PatchBody = json_body(body, &headers)?;
+    let b: PatchBody = json_body(body, &headers, state.config.server.body_limit_bytes)?;
     let mut change = Change {
         id,
         actor: caller.actor("api"),
@@ -277,7 +278,7 @@ pub async fn group_action(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let fingerprint = Fingerprint::parse(&fingerprint).map_err(ApiError::not_found)?;
-    let b: ActionBody = json_body(body, &headers)?;
+    let b: ActionBody = json_body(body, &headers, state.config.server.body_limit_bytes)?;
     let (kind, text) =
         match b.action.as_str() {
             "resolve" => (GroupActionKind::Resolve, b.reason),

@@ -11,4 +11,5 @@ mod ingest;
 mod read;
 mod redaction;
 mod replays;
+mod security;
 mod triage;
