@@ -33,13 +33,46 @@ pub enum ExitCode {
 /// The config the global flags name: `--config` or the embedded default, then `--data-dir`.
 pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let mut config = match &cli.config {
-        Some(path) => Config::load(path)?,
+        Some(path) => {
+            let c = Config::load(path)?;
+            warn_if_exposed(path, &c);
+            c
+        }
         None => Config::default_config()?,
     };
     if let Some(dir) = &cli.data_dir {
         config.set_data_dir(dir.clone());
     }
     Ok(config)
+}
+
+/// A config file that holds literal secret headers should not be readable by others.
+fn warn_if_exposed(path: &std::path::Path, config: &Config) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.permissions().mode() & 0o044 == 0 {
+            return;
+        }
+        let redactor = crate::redact::Redactor::new(&config.redact.keys);
+        let secret = config
+            .targets
+            .iter()
+            .map(|t| &t.settings)
+            .chain(std::iter::once(&config.delivery.defaults))
+            .flat_map(|s| s.headers.iter())
+            .find(|(k, _)| redactor.is_sensitive_key(k));
+        if let Some((k, _)) = secret {
+            eprintln!(
+                "deadletter: warning: {} holds a literal `{k}` header and others can read it; \
+                 `chmod 600` it, or move the value to secret_headers (env or file)",
+                path.display()
+            );
+        }
+    }
 }
 
 /// A reader on the database (the CLI reads directly; it works with or without the server).

@@ -390,3 +390,27 @@ fn kill_9_while_sending_loses_nothing_and_repeats_carry_the_same_key() {
         got.len()
     );
 }
+
+#[test]
+fn a_target_that_answers_garbage_or_gigabytes_does_not_hurt() {
+    let target = Target::start(vec![Behave::Garbage, Behave::Huge(4 << 30)], ok());
+    let s = Server::start_with(&config(&target.url, ""));
+    let id = post(
+        &s,
+        json!({"payload": {"n": 1}, "error": {"status": 503}, "partition": "orders"}),
+    );
+    let rec = wait_for(&s, id, "replayed");
+    let d = rec["deliveries"].as_array().unwrap();
+    assert_eq!(
+        d[0]["outcome"], "transient",
+        "garbage is a transient failure: {}",
+        d[0]
+    );
+    assert_eq!(
+        d[1]["outcome"], "success",
+        "a 4 GiB answer is a 200 whose rest is never read"
+    );
+    assert_eq!(d[1]["response_excerpt"].as_str().unwrap().len(), 2048);
+    assert!(d[1]["latency_ms"].as_i64().unwrap() < 10_000);
+    assert_eq!(s.get("/healthz").status, 200);
+}

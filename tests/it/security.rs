@@ -411,3 +411,43 @@ fn slow_clients_time_out_and_shutdown_is_bounded() {
     );
     let _ = Stdio::null();
 }
+
+#[test]
+fn a_readable_config_with_a_literal_secret_header_gets_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[[targets]]\nname = \"t\"\nurl = \"http://127.0.0.1:1/\"\nheaders = { Authorization = \"Bearer abc\" }\n").unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .args(["config", "check"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let o = Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("list")
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains("holds a literal `Authorization` header"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("list")
+        .output()
+        .unwrap();
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+}

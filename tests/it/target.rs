@@ -15,6 +15,10 @@ pub enum Behave {
     Hang(Duration),
     /// Read the request and close the connection without answering.
     Close,
+    /// Answer with bytes that are not HTTP.
+    Garbage,
+    /// Answer 200 with a body of this many bytes (streamed; the client may stop reading).
+    Huge(usize),
 }
 
 pub fn ok() -> Behave {
@@ -125,5 +129,22 @@ fn serve(
         }
         Behave::Hang(d) => std::thread::sleep(d),
         Behave::Close => {}
+        Behave::Garbage => {
+            let _ = conn.write_all(b"\x00\x01NOT HTTP AT ALL\r\n\r\n\xff\xfe");
+        }
+        Behave::Huge(n) => {
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {n}\r\nconnection: close\r\n\r\n");
+            if conn.write_all(head.as_bytes()).is_ok() {
+                let chunk = vec![b'a'; 64 * 1024];
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(chunk.len());
+                    if conn.write_all(&chunk[..k]).is_err() {
+                        break;
+                    }
+                    left -= k;
+                }
+            }
+        }
     }
 }
