@@ -17,11 +17,11 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::dispatcher::{Outgoing, Verdict};
-use super::scheduler::{now_ms, Scheduler};
+use super::scheduler::{attempt_record, now_ms, Scheduler};
 use crate::model::delivery::shape_body;
 use crate::model::Status;
 use crate::store::jobs::{ItemOutcome, JobMove, JobStatus, JobView};
-use crate::store::{AttemptRecord, Change, Claim, Finish, Next, StoreError, SYSTEM};
+use crate::store::{Change, Finish, Next, StoreError, SYSTEM};
 
 enum ItemResult {
     Succeeded(serde_json::Value),
@@ -314,18 +314,8 @@ impl Scheduler {
                 return Ok(ItemResult::Interrupted);
             }
         }
-        let owner = self.lease_owner();
-        let claimed = match self
-            .store
-            .writer
-            .claim(Claim {
-                id: rec.id,
-                from: Status::ReadyForReplay,
-                to: Status::Replaying,
-                owner: owner.clone(),
-                lease_until_ms: now_ms() + self.config.delivery.lease.as_millis() as i64,
-                at_ms: now_ms(),
-            })
+        let (owner, claimed) = match self
+            .claim(rec.id, Status::ReadyForReplay, Status::Replaying)
             .await
         {
             Ok(c) => c,
@@ -374,21 +364,14 @@ impl Scheduler {
                 id: rec.id,
                 owner,
                 at_ms: now_ms(),
-                attempt: AttemptRecord {
-                    attempt: claimed.attempt,
+                attempt: attempt_record(
+                    claimed.attempt,
                     started_at_ms,
-                    target: target.name.clone(),
-                    url: target.url.clone(),
-                    idempotency_key: key.clone(),
-                    payload_version: Some(payload.version),
-                    outcome: sent.verdict.as_str(),
-                    status_code: sent.status,
-                    latency_ms: sent.latency.as_millis() as i64,
-                    error: sent.error.clone(),
-                    response_excerpt: sent.excerpt.clone(),
-                    retry_after_ms: sent.retry_after.map(|d| d.as_millis() as i64),
-                    downstream_execution_id: sent.downstream_execution_id.clone(),
-                },
+                    &target,
+                    key.clone(),
+                    payload.version,
+                    &sent,
+                ),
                 next,
             })
             .await?;

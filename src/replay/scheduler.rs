@@ -25,7 +25,7 @@ use super::target::{ResolvedTarget, Targets};
 use crate::config::Config;
 use crate::model::delivery::shape_body;
 use crate::model::{FailureClass, Status};
-use crate::store::{AttemptRecord, Claim, Finish, Next, RecordSummary, Store, StoreError};
+use crate::store::{AttemptRecord, Claim, Claimed, Finish, Next, RecordSummary, Store, StoreError};
 
 /// How many due records one tick looks at.
 const DUE_PER_TICK: usize = 64;
@@ -58,6 +58,32 @@ pub struct GateView {
     pub in_flight: usize,
 }
 
+/// One send, as the attempts table keeps it.
+pub(super) fn attempt_record(
+    attempt: i64,
+    started_at_ms: i64,
+    target: &ResolvedTarget,
+    idempotency_key: String,
+    payload_version: i64,
+    sent: &Sent,
+) -> AttemptRecord {
+    AttemptRecord {
+        attempt,
+        started_at_ms,
+        target: target.name.clone(),
+        url: target.url.clone(),
+        idempotency_key,
+        payload_version: Some(payload_version),
+        outcome: sent.verdict.as_str(),
+        status_code: sent.status,
+        latency_ms: sent.latency.as_millis() as i64,
+        error: sent.error.clone(),
+        response_excerpt: sent.excerpt.clone(),
+        retry_after_ms: sent.retry_after.map(|d| d.as_millis() as i64),
+        downstream_execution_id: sent.downstream_execution_id.clone(),
+    }
+}
+
 pub(super) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -78,16 +104,34 @@ impl Scheduler {
         }))
     }
 
-    /// Every target's pacing right now.
-    /// A new lease owner name.
-    pub(super) fn lease_owner(&self) -> String {
-        format!(
+    /// Claim a record for sending under a fresh lease owner; the owner and what was claimed.
+    pub(super) async fn claim(
+        &self,
+        id: i64,
+        from: Status,
+        to: Status,
+    ) -> Result<(String, Claimed), StoreError> {
+        let owner = format!(
             "{}/{}",
             self.instance,
             self.claims.fetch_add(1, Ordering::Relaxed)
-        )
+        );
+        let claimed = self
+            .store
+            .writer
+            .claim(Claim {
+                id,
+                from,
+                to,
+                owner: owner.clone(),
+                lease_until_ms: now_ms() + self.config.delivery.lease.as_millis() as i64,
+                at_ms: now_ms(),
+            })
+            .await?;
+        Ok((owner, claimed))
     }
 
+    /// Every target's pacing right now.
     pub fn gates(&self) -> Vec<GateView> {
         let gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<GateView> = gates
@@ -162,16 +206,10 @@ impl Scheduler {
             if !self.enter(&target) {
                 continue;
             }
-            let owner = self.lease_owner();
-            let claim = Claim {
-                id: rec.id,
-                from: Status::RetryScheduled,
-                to: Status::Retrying,
-                owner: owner.clone(),
-                lease_until_ms: now_ms() + self.config.delivery.lease.as_millis() as i64,
-                at_ms: now_ms(),
-            };
-            let claimed = match self.store.writer.claim(claim).await {
+            let (owner, claimed) = match self
+                .claim(rec.id, Status::RetryScheduled, Status::Retrying)
+                .await
+            {
                 Ok(c) => c,
                 Err(e) if e.is_refusal() => {
                     // Someone changed it since it was read (an operator resolved it …).
@@ -293,21 +331,7 @@ impl Scheduler {
             id: rec.id,
             owner,
             at_ms: now_ms(),
-            attempt: AttemptRecord {
-                attempt,
-                started_at_ms,
-                target: target.name.clone(),
-                url: target.url.clone(),
-                idempotency_key: key,
-                payload_version: Some(payload_version),
-                outcome: sent.verdict.as_str(),
-                status_code: sent.status,
-                latency_ms: sent.latency.as_millis() as i64,
-                error: sent.error.clone(),
-                response_excerpt: sent.excerpt.clone(),
-                retry_after_ms: sent.retry_after.map(|d| d.as_millis() as i64),
-                downstream_execution_id: sent.downstream_execution_id.clone(),
-            },
+            attempt: attempt_record(attempt, started_at_ms, &target, key, payload_version, &sent),
             next,
         };
         if let Err(e) = self.store.writer.finish(finish).await {
@@ -342,18 +366,8 @@ impl Scheduler {
     /// A record that cannot be sent at all goes to review, saying why (claimed first, so the
     /// move is the table's and audited).
     async fn give_up(&self, rec: &RecordSummary, why: &str) -> Result<(), StoreError> {
-        let owner = self.lease_owner();
-        let claimed = match self
-            .store
-            .writer
-            .claim(Claim {
-                id: rec.id,
-                from: Status::RetryScheduled,
-                to: Status::Retrying,
-                owner: owner.clone(),
-                lease_until_ms: now_ms() + self.config.delivery.lease.as_millis() as i64,
-                at_ms: now_ms(),
-            })
+        let (owner, claimed) = match self
+            .claim(rec.id, Status::RetryScheduled, Status::Retrying)
             .await
         {
             Ok(c) => c,

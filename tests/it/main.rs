@@ -7,6 +7,7 @@ mod cli;
 mod config;
 mod delivery;
 mod durability;
+mod fuzz_corpus;
 mod ingest;
 mod read;
 mod redaction;
