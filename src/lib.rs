@@ -1,7 +1,8 @@
 //! deadletter: the dead-letter queue of a small self-hosted n8n installation.
 //!
 //! n8n posts failed items here; deadletter stores them durably in one SQLite file, classifies
-//! why they failed, and lets operators read (later: triage, fix and replay) them.
+//! why they failed, retries what a retry can fix, and lets operators triage, fix and replay
+//! the rest.
 //!
 //! # Module map
 //!
@@ -18,14 +19,14 @@
 //! store/         the only module with SQL: schema + migrations, single writer with group
 //!                commit, reader pool, payload codec, queries
 //! replay/        targets, per-target rate limit + breaker, the dispatcher (one send),
-//!                the retry scheduler (claim with a lease, send, move on)
-//! http/          router(state), handlers, ApiError -> JSON
+//!                the retry scheduler (claim with a lease, send, move on), replay jobs
+//! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON
 //! server         serve(config, store, listener, shutdown)
 //! ```
 //!
 //! Dependencies point one way: `commands -> server -> http/replay -> ingest -> store -> model`;
 //! `model` imports nothing of ours, `store` never imports axum, `http` never sees rusqlite.
-//! Still to come (see DESIGN.md): replay jobs, n8n/, retention, metrics, alerts.
+//! Still to come (see DESIGN.md): n8n/, retention, metrics, alerts, the web UI, OpenAPI.
 
 pub mod classify;
 pub mod cli;

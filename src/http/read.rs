@@ -13,7 +13,7 @@ use super::{ApiError, AppState};
 use crate::model::{parse_timestamp, FailureClass, Fingerprint, RecordId, Status};
 use crate::store::{ListFilter, ReadPool, StoreError};
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     status: Option<String>,

@@ -120,7 +120,8 @@ pub async fn create(
     if batch_size == 0 || batch_size > 1000 {
         return Err(ApiError::invalid("batch_size", "must be from 1 to 1000"));
     }
-    let spec = json!({"ids": b.ids, "filter": b.filter.as_ref().map(|_| "given"), "expected_count": b.expected_count});
+    // The request as given, kept with the job: which ids, or which filter and how many.
+    let spec = json!({"ids": b.ids, "filter": b.filter, "expected_count": b.expected_count});
     let records = select(&state, &mut b).await?;
     if b.dry_run {
         return dry_run(&state, records, b.new_keys).await;

@@ -175,8 +175,12 @@ impl Scheduler {
 
     async fn tick(self: &Arc<Self>, sends: &mut JoinSet<()>) -> Result<(), StoreError> {
         let now = now_ms();
-        let released = self.store.writer.recover(now, true).await?;
-        if released > 0 {
+        let readers = self.store.readers.clone();
+        let expired = tokio::task::spawn_blocking(move || readers.has_expired_leases(now))
+            .await
+            .map_err(|e| StoreError::Corrupt(e.to_string()))??;
+        if expired {
+            let released = self.store.writer.recover(now, true).await?;
             tracing::warn!(
                 records = released,
                 "leases ran out; records returned to their queues"

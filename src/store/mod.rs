@@ -266,6 +266,16 @@ impl ReadPool {
         self.with(|c| jobs::key_succeeded(c, key))
     }
 
+    /// Is any lease past its expiry at `now_ms`? (Cheap: saves the writer a round trip.)
+    pub fn has_expired_leases(&self, now_ms: i64) -> Result<bool, StoreError> {
+        self.with(|c| {
+            Ok(c.prepare_cached(
+                "SELECT 1 FROM dead_letters WHERE lease_owner IS NOT NULL AND lease_expires_at < ?1 LIMIT 1",
+            )?
+            .exists([now_ms])?)
+        })
+    }
+
     /// Records due for an automatic retry at `now_ms`.
     pub fn due(&self, now_ms: i64, limit: usize) -> Result<Vec<RecordSummary>, StoreError> {
         self.with(|c| query::due(c, now_ms, limit))
