@@ -20,13 +20,14 @@
 //!                commit, reader pool, payload codec, queries
 //! replay/        targets, per-target rate limit + breaker, the dispatcher (one send),
 //!                the retry scheduler (claim with a lease, send, move on), replay jobs
-//! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON
+//! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON,
+//!                openapi (GET /openapi.json from the handlers' annotations)
 //! server         serve(config, store, listener, shutdown)
 //! ```
 //!
 //! Dependencies point one way: `commands -> server -> http/replay -> ingest -> store -> model`;
 //! `model` imports nothing of ours, `store` never imports axum, `http` never sees rusqlite.
-//! Still to come (see DESIGN.md): n8n/, retention, metrics, alerts, the web UI, OpenAPI.
+//! Still to come (see DESIGN.md): n8n/, retention, metrics, alerts, the web UI.
 
 pub mod classify;
 pub mod cli;

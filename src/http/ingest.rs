@@ -10,6 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::openapi::{BatchAnswer, Envelope, ErrorBody, ErrorTriggerItem, IngestAnswer};
 use super::{ApiError, AppState, Caller};
 use crate::ingest::{Ingestor, RequestContext};
 use crate::model::{
@@ -20,12 +21,20 @@ use crate::store::{IngestOutcome, NewRecord};
 /// Bodies above this are prepared on a blocking thread rather than the async runtime.
 const INLINE_PREPARE_BYTES: usize = 256 * 1024;
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct IngestQuery {
     partition: Option<String>,
     idempotency_key: Option<String>,
 }
 
+/// n8n's Error Trigger item, exactly as n8n emits it.
+#[utoipa::path(post, path = "/v1/n8n/error-trigger", tag = "ingest", params(IngestQuery),
+    request_body(content = ErrorTriggerItem, content_type = "application/json"),
+    responses((status = 201, description = "stored (on disk)", body = IngestAnswer),
+        (status = 200, description = "a repeat of an open record: its occurrences went up", body = IngestAnswer),
+        (status = 400, description = "not JSON", body = ErrorBody), (status = 401, description = "no or bad token", body = ErrorBody), (status = 403, description = "the token's role does not allow it", body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 507, description = "the disk is full", body = ErrorBody)))]
 pub async fn error_trigger(
     State(state): State<AppState>,
     caller: Caller,
@@ -36,6 +45,13 @@ pub async fn error_trigger(
     ingest_one(state, caller, Source::ErrorTrigger, query, headers, body).await
 }
 
+/// A generic envelope: a node's error-output item or any producer's failure.
+#[utoipa::path(post, path = "/v1/dead-letters", tag = "ingest", params(IngestQuery),
+    request_body(content = Envelope, content_type = "application/json"),
+    responses((status = 201, description = "stored (on disk)", body = IngestAnswer),
+        (status = 200, description = "a repeat of an open record", body = IngestAnswer),
+        (status = 400, description = "not JSON", body = ErrorBody), (status = 401, description = "no or bad token", body = ErrorBody), (status = 403, description = "the token's role does not allow it", body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 507, body = ErrorBody)))]
 pub async fn envelope(
     State(state): State<AppState>,
     caller: Caller,
@@ -112,6 +128,11 @@ fn answer(o: &IngestOutcome, c: &Created) -> Response {
     (status, Json(outcome_json(o, c))).into_response()
 }
 
+/// An array of envelopes; one result per item; one bad item never sinks the rest.
+#[utoipa::path(post, path = "/v1/dead-letters/batch", tag = "ingest", params(IngestQuery),
+    request_body(content = Vec<Envelope>, content_type = "application/json"),
+    responses((status = 200, body = BatchAnswer), (status = 400, description = "not JSON", body = ErrorBody), (status = 401, description = "no or bad token", body = ErrorBody), (status = 403, description = "the token's role does not allow it", body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn batch(
     State(state): State<AppState>,
     caller: Caller,

@@ -5,6 +5,7 @@
 mod auth;
 mod error;
 mod ingest;
+pub mod openapi;
 mod read;
 mod replays;
 mod triage;
@@ -60,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dead-letters/{id}/payload", get(read::payload))
         .route("/healthz", get(read::healthz))
         .route("/readyz", get(read::readyz))
+        .route("/openapi.json", get(openapi::document))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

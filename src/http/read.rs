@@ -9,11 +9,14 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::openapi::{ErrorBody, Health, RecordDetail, Targets};
 use super::{ApiError, AppState};
 use crate::model::{parse_timestamp, FailureClass, Fingerprint, RecordId, Status};
+use crate::store::ListPage;
 use crate::store::{ListFilter, ReadPool, StoreError};
 
-#[derive(Debug, Deserialize, serde::Serialize, Default)]
+#[derive(Debug, Deserialize, serde::Serialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     status: Option<String>,
@@ -88,6 +91,9 @@ async fn read<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+/// Records, newest first, filtered, with a cursor that stays stable while inserts happen.
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "read", params(ListQuery),
+    responses((status = 200, body = ListPage), (status = 400, description = "not JSON", body = ErrorBody), (status = 401, description = "no or bad token", body = ErrorBody), (status = 403, description = "the token's role does not allow it", body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -104,6 +110,9 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
         .map_err(ApiError::not_found)
 }
 
+/// One record; its `ETag` is the version to send back with a change.
+#[utoipa::path(get, path = "/v1/dead-letters/{id}", tag = "read", params(("id" = i64, Path)),
+    responses((status = 200, body = RecordDetail), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -124,12 +133,16 @@ pub async fn show(
         .into_response())
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PayloadQuery {
     version: Option<i64>,
 }
 
 /// A payload version (default: the newest, what a replay sends), byte for byte as stored.
+#[utoipa::path(get, path = "/v1/dead-letters/{id}/payload", tag = "read", params(("id" = i64, Path), PayloadQuery),
+    responses((status = 200, description = "the payload, byte for byte as stored", content_type = "application/json", body = Object),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn payload(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -165,6 +178,8 @@ pub async fn payload(
 }
 
 /// Configured targets and the live pacing (rate, breaker) of every target sent to so far.
+#[utoipa::path(get, path = "/v1/targets", tag = "delivery",
+    responses((status = 200, body = Targets), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn targets(State(state): State<AppState>) -> Response {
     let configured: Vec<_> = state
         .config
@@ -191,11 +206,14 @@ pub async fn targets(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()), responses((status = 200, body = Health)))]
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
 /// Ready when the writer runs and a reader can query the database.
+#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
+    responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let writer = state.store.writer.is_alive();
     let db = read(&state.store.readers, |p| p.ping()).await.is_ok();

@@ -11,6 +11,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::openapi::{DryRun, ErrorBody, Job, ReplayRequest};
 use super::read::{filter_from, ListQuery};
 use super::triage::json_body;
 use super::{ApiError, AppState, Caller};
@@ -99,6 +100,12 @@ async fn select(state: &AppState, b: &mut ReplayBody) -> Result<Vec<RecordSummar
     }
 }
 
+/// Start a replay job (ids, or a filter with the expected count), or a dry run.
+#[utoipa::path(post, path = "/v1/replays", tag = "delivery",
+    request_body(content = ReplayRequest, content_type = "application/json"),
+    responses((status = 201, description = "the job", body = Job), (status = 200, description = "a dry run", body = DryRun),
+        (status = 409, description = "the filter matches another count", body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 400, description = "not JSON", body = ErrorBody), (status = 401, description = "no or bad token", body = ErrorBody), (status = 403, description = "the token's role does not allow it", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -264,6 +271,8 @@ async fn job_json(state: &AppState, id: i64) -> Result<Value, ApiError> {
     Ok(v)
 }
 
+#[utoipa::path(get, path = "/v1/replays/{id}", tag = "delivery", params(("id" = i64, Path)),
+    responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -274,6 +283,11 @@ pub async fn show(
     Ok(Json(job_json(&state, id).await?).into_response())
 }
 
+/// approve (admin, a second person), pause, resume or cancel a job.
+#[utoipa::path(post, path = "/v1/replays/{id}/{action}", tag = "delivery",
+    params(("id" = i64, Path), ("action" = String, Path, description = "approve | pause | resume | cancel")),
+    responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn act(
     State(state): State<AppState>,
     Path((id, action)): Path<(String, String)>,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::json;
 use serde_json::value::RawValue;
 
+use super::openapi::{ErrorBody, GroupActionAnswer, GroupActionBody, Groups, Patch};
 use super::{ApiError, AppState, Caller};
 use crate::model::{FailureClass, Fingerprint, RecordId, ShortText, Status};
 use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, PayloadEdit, RecordSummary};
@@ -122,6 +123,14 @@ pub fn with_etag(summary: &RecordSummary) -> Response {
         .into_response()
 }
 
+/// Move, assign, note, tag or edit a record; every change is audited.
+#[utoipa::path(patch, path = "/v1/dead-letters/{id}", tag = "triage", params(("id" = i64, Path)),
+    request_body(content = Patch, content_type = "application/json"),
+    responses((status = 200, body = RecordSummary), (status = 404, body = ErrorBody),
+        (status = 409, description = "not a legal move", body = ErrorBody),
+        (status = 412, description = "changed since it was read", body = ErrorBody),
+        (status = 428, description = "a payload edit without the version", body = ErrorBody),
+        (status = 400, description = "not JSON", body = ErrorBody), (status = 401, description = "no or bad token", body = ErrorBody), (status = 403, description = "the token's role does not allow it", body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn patch(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -222,7 +231,8 @@ async fn payload_edit(state: &AppState, id: i64, raw: &RawValue) -> Result<Paylo
     })
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct GroupQuery {
     open: Option<bool>,
     poison: Option<bool>,
@@ -231,6 +241,8 @@ pub struct GroupQuery {
     limit: Option<usize>,
 }
 
+#[utoipa::path(get, path = "/v1/groups", tag = "triage", params(GroupQuery),
+    responses((status = 200, body = Groups), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn groups(
     State(state): State<AppState>,
     query: Result<Query<GroupQuery>, QueryRejection>,
@@ -270,6 +282,10 @@ struct ActionBody {
     owner: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/groups/{fingerprint}/actions", tag = "triage", params(("fingerprint" = String, Path)),
+    request_body(content = GroupActionBody, content_type = "application/json"),
+    responses((status = 200, body = GroupActionAnswer), (status = 404, body = ErrorBody), (status = 400, description = "not JSON", body = ErrorBody), (status = 401, description = "no or bad token", body = ErrorBody), (status = 403, description = "the token's role does not allow it", body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn group_action(
     State(state): State<AppState>,
     Path(fingerprint): Path<String>,

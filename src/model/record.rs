@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// (workflow, execution, node), what the error said, and the producer's own identity and
 /// routing keys. One struct from parsing through storage to every read, so a field added here
 /// is added everywhere.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FailureFacts {
     pub workflow_id: Option<String>,
     pub workflow_name: Option<String>,
@@ -41,7 +41,7 @@ pub struct FailureFacts {
 macro_rules! named_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
         #[serde(rename_all = "snake_case")]
         pub enum $name { $($(#[$vmeta])* $variant),+ }
 

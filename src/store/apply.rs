@@ -103,7 +103,7 @@ pub enum GroupActionKind {
 }
 
 /// What a bulk action did to one record.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct GroupItem {
     pub id: i64,
     pub ok: bool,

@@ -9,7 +9,7 @@ use super::query::ms_to_time;
 use super::StoreError;
 
 /// A job's state. Only `running` jobs send; `awaiting_approval` waits for a second person.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     AwaitingApproval,
@@ -89,15 +89,16 @@ pub struct ItemOutcome {
     pub detail: serde_json::Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct JobItemView {
     pub seq: i64,
     pub record_id: i64,
     pub state: String,
+    #[schema(value_type = Option<Object>)]
     pub detail: Option<serde_json::Value>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct JobCounts {
     pub total: i64,
     pub pending: i64,
@@ -106,7 +107,7 @@ pub struct JobCounts {
     pub skipped: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct JobView {
     pub id: i64,
     pub status: JobStatus,
@@ -117,6 +118,7 @@ pub struct JobView {
     pub batch_size: i64,
     pub stop_failure_ratio: f64,
     pub stop_reason: Option<String>,
+    #[schema(value_type = Object)]
     pub spec: serde_json::Value,
     pub counts: JobCounts,
     pub items: Vec<JobItemView>,

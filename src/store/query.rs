@@ -31,7 +31,7 @@ pub struct ListFilter {
 }
 
 /// One row of a list.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct RecordSummary {
     pub id: i64,
     pub partition: String,
@@ -39,6 +39,7 @@ pub struct RecordSummary {
     pub source: String,
     pub failure_class: FailureClass,
     pub class_rule: String,
+    #[schema(value_type = String, example = "ae0a9387729d212c")]
     pub fingerprint: Fingerprint,
     pub occurrences: i64,
     pub first_seen_at: DateTime<Utc>,
@@ -65,7 +66,7 @@ pub struct RecordSummary {
     pub replay_of: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ListPage {
     pub items: Vec<RecordSummary>,
     /// Pass as `cursor` to get the next page; absent on the last page.
@@ -73,7 +74,7 @@ pub struct ListPage {
 }
 
 /// A stored document, decoded: the exact JSON text that was stored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DocumentView {
     pub version: i64,
     pub codec: String,
@@ -86,7 +87,7 @@ pub struct DocumentView {
     pub json: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EventView {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -94,6 +95,7 @@ pub struct EventView {
     pub kind: String,
     pub from_status: Option<String>,
     pub to_status: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub detail: Option<serde_json::Value>,
 }
 
@@ -112,7 +114,7 @@ pub struct RecordDetail {
 }
 
 /// One delivery attempt and the target's answer.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     pub attempt: i64,
     pub at: DateTime<Utc>,
@@ -454,8 +456,9 @@ pub struct GroupFilter {
 }
 
 /// One failure group: every record with one fingerprint.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct GroupSummary {
+    #[schema(value_type = String)]
     pub fingerprint: Fingerprint,
     pub failure_class: FailureClass,
     pub workflow_id: Option<String>,
