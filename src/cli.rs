@@ -142,8 +142,9 @@ pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
 }
 
-#[derive(Debug, Args)]
-pub struct ListArgs {
+/// The list filters, shared by `list` and `replay` (the API's `GET /v1/dead-letters` query).
+#[derive(Debug, Args, Default)]
+pub struct FilterArgs {
     /// new, retry_scheduled, retrying, review, ready_for_replay, replaying, replayed,
     /// replay_failed, resolved, skipped
     #[arg(long)]
@@ -169,6 +170,12 @@ pub struct ListArgs {
     /// Substring of the error message.
     #[arg(long = "message", short = 'q')]
     pub message: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Continue after this cursor (printed at the end of a full page).
     #[arg(long)]
     pub cursor: Option<String>,
@@ -204,22 +211,8 @@ pub enum ConfigCommand {
 pub struct ReplayArgs {
     /// Record ids (or use the filters with --expect).
     pub ids: Vec<String>,
-    #[arg(long)]
-    pub status: Option<String>,
-    #[arg(long)]
-    pub partition: Option<String>,
-    #[arg(long)]
-    pub workflow: Option<String>,
-    #[arg(long = "class")]
-    pub failure_class: Option<String>,
-    #[arg(long)]
-    pub fingerprint: Option<String>,
-    #[arg(long)]
-    pub since: Option<String>,
-    #[arg(long)]
-    pub until: Option<String>,
-    #[arg(long = "message", short = 'q')]
-    pub message: Option<String>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// How many records the filters must match (refused otherwise).
     #[arg(long)]
     pub expect: Option<usize>,

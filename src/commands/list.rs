@@ -14,39 +14,44 @@ fn filter(args: &ListArgs) -> anyhow::Result<ListFilter> {
     }
     Ok(ListFilter {
         status: args
+            .filter
             .status
             .as_deref()
             .map(str::parse::<Status>)
             .transpose()
             .map_err(|m| anyhow!("--status: {m}"))?,
-        partition: args.partition.clone(),
-        workflow: args.workflow.clone(),
-        owner: args.owner.clone(),
+        partition: args.filter.partition.clone(),
+        workflow: args.filter.workflow.clone(),
+        owner: args.filter.owner.clone(),
         failure_class: args
+            .filter
             .failure_class
             .as_deref()
             .map(str::parse::<FailureClass>)
             .transpose()
             .map_err(|m| anyhow!("--class: {m}"))?,
         fingerprint: args
+            .filter
             .fingerprint
             .as_deref()
             .map(Fingerprint::parse)
             .transpose()
             .map_err(|m| anyhow!("--fingerprint: {m}"))?,
         since_ms: args
+            .filter
             .since
             .as_deref()
             .map(parse_timestamp)
             .transpose()
             .map_err(|m| anyhow!("--since: {m}"))?,
         until_ms: args
+            .filter
             .until
             .as_deref()
             .map(parse_timestamp)
             .transpose()
             .map_err(|m| anyhow!("--until: {m}"))?,
-        message_contains: args.message.clone(),
+        message_contains: args.filter.message.clone(),
         before_id: args
             .cursor
             .as_deref()

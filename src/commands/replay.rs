@@ -13,15 +13,17 @@ use crate::cli::{JobAction, JobArgs, ReplayArgs};
 pub fn run(client: &Client, args: ReplayArgs) -> anyhow::Result<()> {
     let mut body = Map::new();
     let mut filter = Map::new();
+    let f = &args.filter;
     for (k, v) in [
-        ("status", &args.status),
-        ("partition", &args.partition),
-        ("workflow", &args.workflow),
-        ("failure_class", &args.failure_class),
-        ("fingerprint", &args.fingerprint),
-        ("since", &args.since),
-        ("until", &args.until),
-        ("q", &args.message),
+        ("status", &f.status),
+        ("partition", &f.partition),
+        ("workflow", &f.workflow),
+        ("owner", &f.owner),
+        ("failure_class", &f.failure_class),
+        ("fingerprint", &f.fingerprint),
+        ("since", &f.since),
+        ("until", &f.until),
+        ("q", &f.message),
     ] {
         if let Some(v) = v {
             filter.insert(k.into(), json!(v));
