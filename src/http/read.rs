@@ -142,6 +142,7 @@ pub struct PayloadQuery {
 /// A payload version (default: the newest, what a replay sends), byte for byte as stored.
 #[utoipa::path(get, path = "/v1/dead-letters/{id}/payload", tag = "read", params(("id" = i64, Path), PayloadQuery),
     responses((status = 200, description = "the payload, byte for byte as stored", content_type = "application/json", body = Object),
+        (status = 400, description = "a bad query string", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn payload(
     State(state): State<AppState>,

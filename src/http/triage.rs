@@ -242,7 +242,8 @@ pub struct GroupQuery {
 }
 
 #[utoipa::path(get, path = "/v1/groups", tag = "triage", params(GroupQuery),
-    responses((status = 200, body = Groups), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Groups), (status = 400, description = "a bad query string", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn groups(
     State(state): State<AppState>,
     query: Result<Query<GroupQuery>, QueryRejection>,

@@ -13,5 +13,6 @@ mod openapi;
 mod read;
 mod redaction;
 mod replays;
+mod schemathesis;
 mod security;
 mod triage;
