@@ -271,6 +271,8 @@ pub struct ServerConfig {
     pub batch_max_items: usize,
     /// A request whose body has not arrived by then gets 408 (slow clients hold nothing).
     pub request_timeout: Duration,
+    /// Most bytes of request headers (names and values) accepted (431 above it).
+    pub max_header_bytes: usize,
     /// After SIGTERM/SIGINT: how long in-flight requests and sends may take before exit.
     pub shutdown_timeout: Duration,
 }
@@ -441,6 +443,7 @@ struct RawServer {
     batch_max_items: u64,
     request_timeout: String,
     shutdown_timeout: String,
+    max_header_bytes: u64,
 }
 
 impl Default for RawServer {
@@ -451,6 +454,7 @@ impl Default for RawServer {
             batch_max_items: 1000,
             request_timeout: "30s".into(),
             shutdown_timeout: "10s".into(),
+            max_header_bytes: 16 * 1024,
         }
     }
 }
@@ -802,6 +806,13 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         }
     };
 
+    let max_header_bytes = in_range(
+        &mut |p| problems.push(p),
+        "server.max_header_bytes",
+        raw.server.max_header_bytes,
+        1024,
+        1 << 20,
+    );
     let request_timeout = duration(
         problems,
         "server.request_timeout",
@@ -855,6 +866,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
             body_limit_bytes: body_limit_bytes as usize,
             batch_max_items: batch_max_items as usize,
             request_timeout: request_timeout?,
+            max_header_bytes: max_header_bytes as usize,
             shutdown_timeout: shutdown_timeout?,
         },
         storage: StorageConfig {

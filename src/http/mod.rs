@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use tower_http::trace::TraceLayer;
@@ -41,6 +42,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.server.body_limit_bytes;
     let request_timeout = state.config.server.request_timeout;
+    let max_header_bytes = state.config.server.max_header_bytes;
     let api = Router::new()
         .route("/v1/n8n/error-trigger", post(ingest::error_trigger))
         .route("/v1/dead-letters", post(ingest::envelope).get(read::list))
@@ -67,9 +69,23 @@ pub fn router(state: AppState) -> Router {
             auth::authorize,
         ))
         .with_state(state);
-    with_layers(api, body_limit).layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-        request_timeout,
-    ))
+    with_layers(api, body_limit)
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(request_timeout))
+        .layer(axum::middleware::from_fn(move |req: Request, next: axum::middleware::Next| async move {
+            // hyper's own ceiling is far higher; this one is configurable and says what it is.
+            let bytes: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+            if bytes > max_header_bytes {
+                return ApiError::new(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "headers_too_large",
+                    format!(
+                        "the request headers are {bytes} bytes; at most {max_header_bytes} are accepted (server.max_header_bytes)"
+                    ),
+                )
+                .into_response();
+            }
+            next.run(req).await
+        }))
 }
 
 /// The layers every route gets; the bench harness wraps its parse-only handler in the same.

@@ -389,6 +389,25 @@ fn a_full_disk_answers_507_keeps_reads_and_recovers_without_a_restart() {
 }
 
 #[test]
+fn oversized_headers_get_431_naming_the_limit() {
+    let s = Server::start_with("[server]\nmax_header_bytes = 2048\n");
+    let r = s
+        .client
+        .get(s.url("/v1/dead-letters"))
+        .header("x-filler", "a".repeat(4000))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 431);
+    let body: Value = r.json().unwrap();
+    assert_eq!(body["error"]["code"], "headers_too_large");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("server.max_header_bytes"));
+    assert_eq!(s.get("/v1/dead-letters").status, 200);
+}
+
+#[test]
 fn slow_clients_time_out_and_shutdown_is_bounded() {
     let mut s =
         Server::start_with("[server]\nrequest_timeout = \"500ms\"\nshutdown_timeout = \"1s\"\n");
