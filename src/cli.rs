@@ -66,6 +66,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Show or steer a replay job (needs the server).
     Job(JobArgs),
+    /// Erase records now — payloads destroyed, tombstones kept (admin; needs the server).
+    Erase(EraseArgs),
     /// Write or validate the config file.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -247,4 +249,19 @@ pub enum JobAction {
     Pause,
     Resume,
     Cancel,
+}
+
+#[derive(Debug, Args)]
+pub struct EraseArgs {
+    /// Record ids.
+    #[arg(long = "id")]
+    pub ids: Vec<i64>,
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    #[arg(long = "event-id")]
+    pub external_event_id: Option<String>,
+    #[arg(long = "tenant")]
+    pub tenant_id: Option<String>,
+    #[arg(long)]
+    pub json: bool,
 }

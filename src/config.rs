@@ -47,6 +47,22 @@ pub struct Config {
     pub targets: Vec<TargetConfig>,
     pub replay: ReplayConfig,
     pub auth: AuthConfig,
+    pub retention: RetentionConfig,
+}
+
+/// How long records and tombstones are kept.
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    /// Any record older than this (first seen) goes, open or not.
+    pub max_age: Duration,
+    /// A closed record (replayed, resolved, skipped) goes this long after it closed.
+    pub closed_max_age: Duration,
+    /// Tombstones are kept this long.
+    pub tombstone_max_age: Duration,
+    /// How often the sweeper runs.
+    pub sweep_every: Duration,
+    /// Records removed per transaction (small, so ingest never waits long).
+    pub batch: usize,
 }
 
 /// API tokens. With none configured, the API is open — and deadletter refuses to listen
@@ -328,6 +344,29 @@ struct RawConfig {
     targets: Vec<RawDelivery>,
     replay: RawReplay,
     auth: RawAuth,
+    retention: RawRetention,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawRetention {
+    max_age: String,
+    closed_max_age: String,
+    tombstone_max_age: String,
+    sweep_every: String,
+    batch: u64,
+}
+
+impl Default for RawRetention {
+    fn default() -> Self {
+        RawRetention {
+            max_age: "14d".into(),
+            closed_max_age: "7d".into(),
+            tombstone_max_age: "400d".into(),
+            sweep_every: "10m".into(),
+            batch: 200,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -825,6 +864,29 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
     );
     let triage = validate_triage(raw.triage, raw.policy, problems);
     let auth = validate_auth(raw.auth, problems);
+    let r_max = duration(problems, "retention.max_age", &raw.retention.max_age);
+    let r_closed = duration(
+        problems,
+        "retention.closed_max_age",
+        &raw.retention.closed_max_age,
+    );
+    let r_tomb = duration(
+        problems,
+        "retention.tombstone_max_age",
+        &raw.retention.tombstone_max_age,
+    );
+    let r_every = duration(
+        problems,
+        "retention.sweep_every",
+        &raw.retention.sweep_every,
+    );
+    let r_batch = in_range(
+        &mut |p| problems.push(p),
+        "retention.batch",
+        raw.retention.batch,
+        1,
+        10_000,
+    );
     let (delivery, targets) = validate_delivery(raw.delivery, raw.targets, problems);
     let replay_batch = in_range(
         &mut |p| problems.push(p),
@@ -893,6 +955,13 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         delivery: delivery?,
         targets,
         auth: auth?,
+        retention: RetentionConfig {
+            max_age: r_max?,
+            closed_max_age: r_closed?,
+            tombstone_max_age: r_tomb?,
+            sweep_every: r_every?,
+            batch: r_batch as usize,
+        },
         replay: ReplayConfig {
             batch_size: replay_batch as usize,
             stop_failure_ratio: raw.replay.stop_failure_ratio,

@@ -20,6 +20,7 @@
 //!                commit, reader pool, payload codec, queries
 //! replay/        targets, per-target rate limit + breaker, the dispatcher (one send),
 //!                the retry scheduler (claim with a lease, send, move on), replay jobs
+//! retention      the sweeper: age-based removal in small batches, tombstones kept
 //! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON,
 //!                openapi (GET /openapi.json from the handlers' annotations)
 //! server         serve(config, store, listener, shutdown)
@@ -27,7 +28,7 @@
 //!
 //! Dependencies point one way: `commands -> server -> http/replay -> ingest -> store -> model`;
 //! `model` imports nothing of ours, `store` never imports axum, `http` never sees rusqlite.
-//! Still to come (see DESIGN.md): n8n/, retention, metrics, alerts, the web UI.
+//! Still to come (see DESIGN.md): n8n/, size caps and backup, metrics, alerts, the web UI.
 
 pub mod classify;
 pub mod cli;
@@ -39,6 +40,7 @@ pub mod logging;
 pub mod model;
 pub mod redact;
 pub mod replay;
+pub mod retention;
 pub mod server;
 pub mod store;
 

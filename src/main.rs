@@ -49,6 +49,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Groups(args) => commands::groups::run(&client()?, args),
         Command::Replay(args) => commands::replay::run(&client()?, args),
         Command::Job(args) => commands::replay::job(&client()?, args),
+        Command::Erase(args) => commands::erase::run(&client()?, args),
         Command::Config(_) => unreachable!("handled above"),
     }
 }

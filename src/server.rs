@@ -62,7 +62,14 @@ pub async fn serve(
         tracing::info!("delivery.enabled = false: records wait in retry_scheduled");
         None
     };
-    let scheduler_task = scheduler.clone().map(|s| tokio::spawn(s.run(stop_rx)));
+    let scheduler_task = scheduler
+        .clone()
+        .map(|s| tokio::spawn(s.run(stop_rx.clone())));
+    let sweeper = tokio::spawn(crate::retention::run(
+        store.clone(),
+        config.retention.clone(),
+        stop_rx,
+    ));
     let state = AppState {
         ingestor: Arc::new(Ingestor::new(&config)),
         config,
@@ -92,6 +99,9 @@ pub async fn serve(
         if tokio::time::timeout(bound, task).await.is_err() {
             tracing::warn!(?bound, "sends still in flight at the shutdown deadline; their leases will release them on the next start");
         }
+    }
+    if tokio::time::timeout(bound, sweeper).await.is_err() {
+        tracing::warn!("the retention sweep was still running at the shutdown deadline");
     }
     tracing::info!("draining the writer");
     // Dropping the last writer handle joins the writer thread after its final commit.

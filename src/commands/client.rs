@@ -121,6 +121,12 @@ impl Client {
         Ok(self.send(req)?.map(|(v, _)| v))
     }
 
+    pub fn delete(&self, path_and_query: &str) -> anyhow::Result<Result<Value, Refusal>> {
+        Ok(self
+            .send(self.http.delete(format!("{}{path_and_query}", self.base)))?
+            .map(|(v, _)| v))
+    }
+
     pub fn patch(
         &self,
         id: &str,

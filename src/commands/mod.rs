@@ -5,6 +5,7 @@ pub mod assign;
 pub mod client;
 pub mod config;
 pub mod edit;
+pub mod erase;
 pub mod groups;
 pub mod list;
 pub mod note;

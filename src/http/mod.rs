@@ -8,6 +8,7 @@ mod ingest;
 pub mod openapi;
 mod read;
 mod replays;
+mod retention;
 mod triage;
 
 use std::sync::Arc;
@@ -45,7 +46,13 @@ pub fn router(state: AppState) -> Router {
     let max_header_bytes = state.config.server.max_header_bytes;
     let api = Router::new()
         .route("/v1/n8n/error-trigger", post(ingest::error_trigger))
-        .route("/v1/dead-letters", post(ingest::envelope).get(read::list))
+        .route(
+            "/v1/dead-letters",
+            post(ingest::envelope)
+                .get(read::list)
+                .delete(retention::erase),
+        )
+        .route("/v1/tombstones", get(retention::tombstones))
         .route("/v1/dead-letters/batch", post(ingest::batch))
         .route(
             "/v1/dead-letters/{id}",

@@ -237,6 +237,8 @@ impl Modify for BearerAuth {
         super::replays::create,
         super::replays::show,
         super::replays::act,
+        super::retention::erase,
+        super::retention::tombstones,
         super::read::healthz,
         super::read::readyz,
     ),
@@ -244,7 +246,8 @@ impl Modify for BearerAuth {
         ErrorBody, ErrorDetail, ErrorTriggerItem, Envelope, IngestAnswer, BatchResult, BatchAnswer,
         RecordSummary, ListPage, RecordDetail, DocumentView, EventView, AttemptView, Patch, Groups,
         GroupSummary, GroupActionBody, GroupActionAnswer, GroupItem, ReplayRequest, Job, JobView,
-        JobItemView, JobCounts, JobStatus, DryRun, Targets, Health, Status, FailureClass
+        JobItemView, JobCounts, JobStatus, DryRun, Targets, Health, Status, FailureClass,
+        super::retention::Erased, super::retention::Tombstones, crate::store::retention::TombstoneView
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))

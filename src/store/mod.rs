@@ -13,6 +13,7 @@ mod apply;
 pub mod codec;
 pub mod jobs;
 mod query;
+pub mod retention;
 pub mod schema;
 mod writer;
 
@@ -249,6 +250,10 @@ impl ReadPool {
         self.with(|c| query::document(c, id, "item", version))
     }
 
+    pub fn tombstones(&self, limit: usize) -> Result<Vec<retention::TombstoneView>, StoreError> {
+        self.with(|c| retention::tombstones(c, limit))
+    }
+
     pub fn job(&self, id: i64) -> Result<jobs::JobView, StoreError> {
         self.with(|c| jobs::get(c, id))
     }
@@ -432,5 +437,91 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_past_their_age_go_and_leave_tombstones() {
+        use crate::config::RetentionConfig;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, ing) = store(dir.path());
+        let day = 86_400_000i64;
+        let ctx = RequestContext {
+            actor: "test".into(),
+            ..RequestContext::default()
+        };
+        // Three records first seen on day 0; one of them resolved on day 1.
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let body = format!(
+                r#"{{"payload":{{"n":{n},"secret_marker":"m-{n}"}},"idempotency_key":"k{n}"}}"#
+            );
+            let rec = ing
+                .prepare(Source::Envelope, body.as_bytes(), &ctx, 0)
+                .unwrap();
+            ids.push(store.writer.ingest(rec).await.unwrap().id.get());
+        }
+        store
+            .writer
+            .change(Change {
+                id: ids[0],
+                actor: "ana".into(),
+                at_ms: day,
+                status: Some((crate::model::Status::Resolved, None)),
+                ..Change::default()
+            })
+            .await
+            .unwrap();
+        let cfg = RetentionConfig {
+            max_age: Duration::from_secs(14 * 86_400),
+            closed_max_age: Duration::from_secs(7 * 86_400),
+            tombstone_max_age: Duration::from_secs(400 * 86_400),
+            sweep_every: Duration::from_secs(600),
+            batch: 1,
+        };
+        // Day 5: nothing is due.
+        let s = crate::retention::sweep_once(&store, &cfg, 5 * day)
+            .await
+            .unwrap();
+        assert_eq!(s.total(), 0);
+        // Day 9: the resolved one (closed on day 1, kept 7 days) goes.
+        let s = crate::retention::sweep_once(&store, &cfg, 9 * day)
+            .await
+            .unwrap();
+        assert_eq!((s.closed_age, s.age), (1, 0));
+        // Day 15: the open ones pass 14 days and go, one batch at a time.
+        let s = crate::retention::sweep_once(&store, &cfg, 15 * day)
+            .await
+            .unwrap();
+        assert_eq!((s.closed_age, s.age), (0, 2));
+        let r = store.readers.clone();
+        let (tombs, gone) = tokio::task::spawn_blocking(move || {
+            (r.tombstones(10).unwrap(), r.get(ids[1]).is_err())
+        })
+        .await
+        .unwrap();
+        assert!(gone);
+        assert_eq!(tombs.len(), 3);
+        let first = tombs.iter().find(|t| t.reason == "closed_age").unwrap();
+        assert_eq!(
+            (first.status.as_str(), first.touched),
+            ("resolved", true),
+            "someone had acted on it"
+        );
+        let aged: Vec<_> = tombs.iter().filter(|t| t.reason == "age").collect();
+        assert!(aged
+            .iter()
+            .all(|t| !t.touched && t.actor == "deadletter" && t.payload_size.is_some()));
+        assert_eq!(
+            aged.iter()
+                .filter(|t| t.idempotency_key.as_deref() == Some("k1"))
+                .count(),
+            1
+        );
+        // Tombstones themselves expire after their own age.
+        let s = crate::retention::sweep_once(&store, &cfg, 500 * day)
+            .await
+            .unwrap();
+        assert_eq!(s.tombstones, 3);
     }
 }

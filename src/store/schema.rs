@@ -187,8 +187,36 @@ CREATE TABLE replay_job_items (
 CREATE INDEX attempts_key_success ON attempts(idempotency_key) WHERE outcome = 'success';
 ";
 
+/// Retention: what was removed, when, why and by whom, without the payload (its hash and size
+/// prove what it was).
+const V5: &str = "
+CREATE TABLE tombstones (
+    id                INTEGER PRIMARY KEY,
+    record_id         INTEGER NOT NULL,
+    partition         TEXT    NOT NULL,
+    workflow_id       TEXT,
+    idempotency_key   TEXT,
+    external_event_id TEXT,
+    tenant_id         TEXT,
+    status            TEXT    NOT NULL,
+    failure_class     TEXT    NOT NULL,
+    created_at        INTEGER NOT NULL,
+    removed_at        INTEGER NOT NULL,
+    -- age | closed_age | size | erasure | operator
+    reason            TEXT    NOT NULL,
+    actor             TEXT    NOT NULL,
+    payload_sha256    BLOB,
+    payload_size      INTEGER,
+    -- Had anyone looked at it or acted on it (any event after its creation)?
+    touched           INTEGER NOT NULL
+);
+CREATE INDEX tombstones_removed ON tombstones(removed_at);
+CREATE INDEX tombstones_record ON tombstones(record_id);
+CREATE INDEX dead_letters_first_seen ON dead_letters(first_seen_at);
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 

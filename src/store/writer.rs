@@ -27,6 +27,7 @@ use super::apply::{
 };
 use super::jobs::{self, ItemOutcome, JobMove, JobStatus, NewJob};
 use super::query::RecordSummary;
+use super::retention::{self, Erasure, SweepStep, Swept};
 use super::StoreError;
 use crate::model::Status;
 
@@ -38,6 +39,8 @@ enum Op {
     Claim(Box<Claim>),
     Finish(Box<Finish>),
     Recover { now_ms: i64, only_expired: bool },
+    Sweep(SweepStep),
+    Erase(Box<Erasure>),
     CreateJob(Box<NewJob>),
     MoveJob(Box<JobMove>),
     SetItem(Box<ItemOutcome>),
@@ -51,6 +54,8 @@ enum Done {
     Claimed(Claimed),
     Finished(Status),
     Recovered(usize),
+    Swept(Swept),
+    Erased(Vec<i64>),
     JobCreated(i64),
     JobMoved(JobStatus),
     ItemSet,
@@ -244,6 +249,27 @@ impl Writer {
         }
     }
 
+    /// One sweep step (at most `step.batch` records); what it removed.
+    pub async fn sweep(&self, step: SweepStep) -> Result<Swept, StoreError> {
+        match self.call(Op::Sweep(step)).await? {
+            Done::Swept(s) => Ok(s),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    /// Erase now; the ids removed. The writer then reclaims the space and truncates the WAL,
+    /// so the erased bytes are in neither file.
+    pub async fn erase(&self, e: Erasure) -> Result<Vec<i64>, StoreError> {
+        match self.call(Op::Erase(Box::new(e))).await? {
+            Done::Erased(ids) => Ok(ids),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
     pub async fn create_job(&self, job: NewJob) -> Result<i64, StoreError> {
         match self.call(Op::CreateJob(Box::new(job))).await? {
             Done::JobCreated(id) => Ok(id),
@@ -345,6 +371,14 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, max_batch: usize, poison: Poison
         let started = Instant::now();
         let results = commit_batch(&mut conn, &batch, poison);
         last_commit = started.elapsed();
+        let removed = results.iter().any(|res| match res {
+            Ok(Done::Erased(ids)) => !ids.is_empty(),
+            Ok(Done::Swept(s)) => s.total() > 0,
+            _ => false,
+        });
+        if removed {
+            reclaim(&conn);
+        }
         expected = batch.len();
         tracing::trace!(
             batch = batch.len(),
@@ -356,6 +390,18 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, max_batch: usize, poison: Poison
         }
     }
     tracing::debug!("writer: channel closed, stopping");
+}
+
+/// After records were removed: give the freed pages back to the file system and truncate the
+/// WAL, so removed bytes are left in neither file (secure_delete already zeroed them in the
+/// pages). Failures are logged: the space is reclaimed next time.
+fn reclaim(conn: &Connection) {
+    if let Err(e) = conn.execute_batch("PRAGMA incremental_vacuum;") {
+        tracing::warn!(error = %e, "incremental vacuum failed");
+    }
+    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
+        tracing::warn!(error = %e, "WAL truncate failed");
+    }
 }
 
 /// Apply every request in one transaction, then answer. The fast path runs them back to back;
@@ -402,6 +448,8 @@ fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, Stor
             now_ms,
             only_expired,
         } => Done::Recovered(apply::recover(conn, *now_ms, *only_expired)?),
+        Op::Sweep(step) => Done::Swept(retention::sweep(conn, step)?),
+        Op::Erase(e) => Done::Erased(retention::erase(conn, e)?),
         Op::CreateJob(j) => Done::JobCreated(jobs::create(conn, j)?),
         Op::MoveJob(m) => Done::JobMoved(jobs::apply_move(conn, m)?),
         Op::SetItem(o) => {

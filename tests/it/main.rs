@@ -13,6 +13,7 @@ mod openapi;
 mod read;
 mod redaction;
 mod replays;
+mod retention;
 mod schemathesis;
 mod security;
 mod triage;
