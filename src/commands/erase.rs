@@ -3,19 +3,8 @@
 use anyhow::{anyhow, bail};
 
 use super::client::Client;
-use super::emit;
+use super::{emit, urlencode};
 use crate::cli::EraseArgs;
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 pub fn run(client: &Client, args: EraseArgs) -> anyhow::Result<()> {
     let mut q = Vec::new();
@@ -35,7 +24,7 @@ pub fn run(client: &Client, args: EraseArgs) -> anyhow::Result<()> {
         ("tenant_id", &args.tenant_id),
     ] {
         if let Some(v) = v {
-            q.push(format!("{k}={}", encode(v)));
+            q.push(format!("{k}={}", urlencode(v)));
         }
     }
     if q.len() != 1 {

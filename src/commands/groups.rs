@@ -3,7 +3,7 @@
 use anyhow::anyhow;
 
 use super::client::Client;
-use super::{ago, clip, emit};
+use super::{ago, clip, emit, urlencode};
 use crate::cli::GroupsArgs;
 
 pub fn run(client: &Client, args: GroupsArgs) -> anyhow::Result<()> {
@@ -62,15 +62,4 @@ pub fn run(client: &Client, args: GroupsArgs) -> anyhow::Result<()> {
         ));
     }
     emit(&out)
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

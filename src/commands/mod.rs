@@ -119,6 +119,18 @@ pub fn until(t: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc
     }
 }
 
+/// Percent-encode a query value (RFC 3986 unreserved characters stay).
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Cut to `max` characters, with an ellipsis.
 pub fn clip(s: &str, max: usize) -> String {
     let one_line = s.replace(['\n', '\r', '\t'], " ");
