@@ -68,6 +68,13 @@ pub enum Command {
     Job(JobArgs),
     /// Erase records now — payloads destroyed, tombstones kept (admin; needs the server).
     Erase(EraseArgs),
+    /// A consistent copy of the database, safe while the server runs (no server needed).
+    Backup {
+        /// The new file to write.
+        path: PathBuf,
+    },
+    /// Check the database's integrity; exit 1 if anything is wrong (no server needed).
+    Check,
     /// Write or validate the config file.
     #[command(subcommand)]
     Config(ConfigCommand),

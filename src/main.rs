@@ -50,6 +50,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => commands::replay::run(&client()?, args),
         Command::Job(args) => commands::replay::job(&client()?, args),
         Command::Erase(args) => commands::erase::run(&client()?, args),
+        Command::Backup { path } => commands::backup::backup(&config, &path),
+        Command::Check => commands::backup::check(&config),
         Command::Config(_) => unreachable!("handled above"),
     }
 }

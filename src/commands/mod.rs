@@ -2,6 +2,7 @@
 //! prints for humans. Exit codes live in `ExitCode`.
 
 pub mod assign;
+pub mod backup;
 pub mod client;
 pub mod config;
 pub mod edit;

@@ -295,6 +295,51 @@ impl ReadPool {
     }
 }
 
+/// `PRAGMA integrity_check` and `foreign_key_check` on a database file: the problems found
+/// (empty: healthy). Reads only; works while the server runs.
+pub fn check(path: &Path, busy_timeout: Duration) -> Result<Vec<String>, StoreError> {
+    let conn = open_reader_conn(path, busy_timeout)?;
+    let mut problems: Vec<String> = conn
+        .prepare("PRAGMA integrity_check")?
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .filter(|l| l != "ok")
+        .collect();
+    let fk = conn
+        .prepare("PRAGMA foreign_key_check")?
+        .query_map([], |r| {
+            Ok(format!(
+                "foreign key: {} row {} -> {}",
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    problems.extend(fk);
+    Ok(problems)
+}
+
+/// A consistent copy of the database at `to` (SQLite's VACUUM INTO: one read transaction, so
+/// it is a snapshot even while the server writes). Refuses to overwrite a file.
+pub fn backup(path: &Path, to: &Path, busy_timeout: Duration) -> Result<(), StoreError> {
+    if !path.exists() {
+        return Err(StoreError::Missing(path.to_owned()));
+    }
+    if to.exists() {
+        return Err(StoreError::Invalid(format!(
+            "{} exists; give a new file",
+            to.display()
+        )));
+    }
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+    configure(&conn, busy_timeout)?;
+    schema::check_not_newer(&conn, path)?;
+    conn.execute("VACUUM INTO ?1", [to.to_string_lossy()])?;
+    Ok(())
+}
+
 /// The store as the server holds it: the writer's handle and the reader pool.
 #[derive(Clone)]
 pub struct Store {

@@ -121,3 +121,53 @@ fn an_erasure_destroys_the_payload_bytes_and_leaves_a_tombstone() {
         404
     );
 }
+
+#[test]
+fn a_backup_taken_while_ingesting_is_consistent_and_checks_clean() {
+    let s = Server::start();
+    let ingest = |range: std::ops::Range<i64>| {
+        for n in range {
+            let r = s.post(
+                "/v1/dead-letters",
+                json!({"payload": {"n": n}, "idempotency_key": format!("b{n}")}).to_string(),
+            );
+            assert_eq!(r.status, 201);
+        }
+    };
+    ingest(0..50);
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("deadletter.db");
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| ingest(50..300));
+        let o = s.cli(&["backup", copy.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("checked"), "{}", stdout(&o));
+        writer.join().unwrap();
+    });
+    let o = std::process::Command::new(crate::harness::BIN)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("check")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).ends_with(": ok\n"));
+    let o = std::process::Command::new(crate::harness::BIN)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["list", "--json", "--limit", "1000"])
+        .output()
+        .unwrap();
+    let n = serde_json::from_slice::<Value>(&o.stdout).unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(
+        (50..=300).contains(&n),
+        "the backup holds {n} records: a snapshot from between the first 50 and all 300"
+    );
+    let o = s.cli(&["backup", copy.to_str().unwrap()]);
+    assert!(!o.status.success(), "a backup never overwrites a file");
+    let o = s.cli(&["check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
