@@ -80,7 +80,8 @@ pub(super) fn filter_from(q: ListQuery) -> Result<ListFilter, ApiError> {
     })
 }
 
-async fn read<T: Send + 'static>(
+/// Run reader work on a blocking thread (SQLite never runs on the async runtime).
+pub(super) async fn read<T: Send + 'static>(
     pool: &ReadPool,
     f: impl FnOnce(&ReadPool) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, ApiError> {

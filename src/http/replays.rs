@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::openapi::{DryRun, ErrorBody, Job, ReplayRequest};
-use super::read::{filter_from, ListQuery};
+use super::read::{filter_from, read, ListQuery};
 use super::triage::json_body;
 use super::{ApiError, AppState, Caller};
 use crate::model::Status;
@@ -58,12 +58,7 @@ async fn select(state: &AppState, b: &mut ReplayBody) -> Result<Vec<RecordSummar
             let mut unique = ids.clone();
             unique.sort_unstable();
             unique.dedup();
-            tokio::task::spawn_blocking(move || -> Result<Vec<RecordSummary>, StoreError> {
-                unique.iter().map(|id| readers.summary(*id)).collect()
-            })
-            .await
-            .map_err(|_| ApiError::internal())?
-            .map_err(ApiError::from)
+            read(&readers, move |p| unique.iter().map(|id| p.summary(*id)).collect()).await
         }
         (None, Some(f)) => {
             let Some(expected) = b.expected_count else {
@@ -75,9 +70,7 @@ async fn select(state: &AppState, b: &mut ReplayBody) -> Result<Vec<RecordSummar
             let mut filter = filter_from(f)?;
             filter.limit = max + 1;
             filter.before_id = None;
-            let page = tokio::task::spawn_blocking(move || readers.list(&filter))
-                .await
-                .map_err(|_| ApiError::internal())??;
+            let page = read(&readers, move |p| p.list(&filter)).await?;
             let mut items = page.items;
             if items.len() > max {
                 return Err(ApiError::too_large(format!(
@@ -133,12 +126,8 @@ pub async fn create(
     if b.dry_run {
         return dry_run(&state, records, b.new_keys).await;
     }
-    let open = {
-        let (readers, who) = (state.store.readers.clone(), who.clone());
-        tokio::task::spawn_blocking(move || readers.open_jobs_of(&who))
-            .await
-            .map_err(|_| ApiError::internal())??
-    };
+    let asker = who.clone();
+    let open = read(&state.store.readers, move |p| p.open_jobs_of(&asker)).await?;
     if open >= state.config.replay.max_open_jobs_per_actor as i64 {
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -259,10 +248,7 @@ async fn dry_run(
 }
 
 async fn job_json(state: &AppState, id: i64) -> Result<Value, ApiError> {
-    let readers = state.store.readers.clone();
-    let job = tokio::task::spawn_blocking(move || readers.job(id))
-        .await
-        .map_err(|_| ApiError::internal())??;
+    let job = read(&state.store.readers, move |p| p.job(id)).await?;
     let mut v = serde_json::to_value(&job).map_err(|_| ApiError::internal())?;
     v["note"] = json!(state.scheduler.as_ref().and_then(|s| s.job_note(id)));
     if state.scheduler.is_none() && job.status == JobStatus::Running {
@@ -310,12 +296,7 @@ pub async fn act(
         caller.require(crate::model::Role::Admin)?;
     }
     let who = caller.actor("api");
-    let job = {
-        let readers = state.store.readers.clone();
-        tokio::task::spawn_blocking(move || readers.job(id))
-            .await
-            .map_err(|_| ApiError::internal())??
-    };
+    let job = read(&state.store.readers, move |p| p.job(id)).await?;
     // approve only approves; resume only resumes.
     let fits = match action.as_str() {
         "approve" => job.status == JobStatus::AwaitingApproval,

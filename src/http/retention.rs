@@ -121,9 +121,6 @@ pub async fn tombstones(
     if limit == 0 || limit > 1000 {
         return Err(ApiError::invalid("limit", "must be from 1 to 1000"));
     }
-    let readers = state.store.readers.clone();
-    let list = tokio::task::spawn_blocking(move || readers.tombstones(limit))
-        .await
-        .map_err(|_| ApiError::internal())??;
+    let list = super::read::read(&state.store.readers, move |p| p.tombstones(limit)).await?;
     Ok(Json(json!({ "tombstones": list })).into_response())
 }

@@ -12,6 +12,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::openapi::{ErrorBody, GroupActionAnswer, GroupActionBody, Groups, Patch};
+use super::read::read;
 use super::{ApiError, AppState, Caller};
 use crate::model::{FailureClass, Fingerprint, RecordId, ShortText, Status};
 use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, PayloadEdit, RecordSummary};
@@ -209,15 +210,14 @@ pub async fn patch(
 /// The writer refuses the edit if another one landed in between (`base_version`).
 async fn payload_edit(state: &AppState, id: i64, raw: &RawValue) -> Result<PayloadEdit, ApiError> {
     let (doc, new_value) = state.ingestor.prepare_payload(raw)?;
-    let readers = state.store.readers.clone();
-    let (base_version, old) =
-        tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
-            let summary = readers.summary(id)?;
-            let old = readers.payload(id, summary.payload_version)?;
-            Ok((summary.payload_version, old))
-        })
-        .await
-        .map_err(|_| ApiError::internal())??;
+    let (base_version, old) = read(&state.store.readers, move |p| {
+        let summary = p.summary(id)?;
+        Ok((
+            summary.payload_version,
+            p.payload(id, summary.payload_version)?,
+        ))
+    })
+    .await?;
     let old_value = match old {
         Some(d) => serde_json::from_str(&d.json).map_err(|_| ApiError::internal())?,
         None => serde_json::Value::Null,
@@ -266,10 +266,7 @@ pub async fn groups(
         workflow: q.workflow,
         limit,
     };
-    let readers = state.store.readers.clone();
-    let groups = tokio::task::spawn_blocking(move || readers.groups(&filter))
-        .await
-        .map_err(|_| ApiError::internal())??;
+    let groups = read(&state.store.readers, move |p| p.groups(&filter)).await?;
     Ok(Json(json!({ "groups": groups })).into_response())
 }
 

@@ -195,7 +195,7 @@ impl Server {
     }
 }
 
-fn reply(res: reqwest::blocking::Response) -> Reply {
+pub fn reply(res: reqwest::blocking::Response) -> Reply {
     let status = res.status().as_u16();
     let text = res.text().unwrap();
     let json = serde_json::from_str(&text).unwrap_or(Value::Null);

@@ -44,13 +44,7 @@ fn replay(s: &Server, body: Value, actor: &str) -> crate::harness::Reply {
         .body(body.to_string())
         .send()
         .unwrap();
-    let status = res.status().as_u16();
-    let text = res.text().unwrap();
-    crate::harness::Reply {
-        status,
-        json: serde_json::from_str(&text).unwrap_or(Value::Null),
-        text,
-    }
+    crate::harness::reply(res)
 }
 
 fn act(s: &Server, job: i64, action: &str, actor: &str) -> crate::harness::Reply {
@@ -60,13 +54,7 @@ fn act(s: &Server, job: i64, action: &str, actor: &str) -> crate::harness::Reply
         .header("x-deadletter-actor", actor)
         .send()
         .unwrap();
-    let status = res.status().as_u16();
-    let text = res.text().unwrap();
-    crate::harness::Reply {
-        status,
-        json: serde_json::from_str(&text).unwrap_or(Value::Null),
-        text,
-    }
+    crate::harness::reply(res)
 }
 
 fn wait_job(s: &Server, job: i64, want: &str) -> Value {
