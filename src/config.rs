@@ -63,6 +63,22 @@ pub struct RetentionConfig {
     pub sweep_every: Duration,
     /// Records removed per transaction (small, so ingest never waits long).
     pub batch: usize,
+    /// Stored document bytes a partition may hold (the oldest go beyond it).
+    pub max_bytes: Option<u64>,
+    /// Bytes the database file may use (all partitions; the oldest go beyond it).
+    pub max_total_bytes: Option<u64>,
+    /// Open records this close to their age are "expiring soon" (`GET /v1/retention`, logs).
+    pub warn_before: Duration,
+    /// Partitions with their own policy; what they leave out is the global value.
+    pub partitions: std::collections::BTreeMap<String, PartitionRetention>,
+}
+
+/// One partition's retention, resolved (global values where it says nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRetention {
+    pub max_age: Duration,
+    pub closed_max_age: Duration,
+    pub max_bytes: Option<u64>,
 }
 
 /// API tokens. With none configured, the API is open — and deadletter refuses to listen
@@ -325,7 +341,8 @@ pub struct RedactConfig {
 pub struct LoggingConfig {
     pub level: String,
     pub dir: PathBuf,
-    pub keep_files: usize,
+    /// Log files older than this are removed (by the retention sweeper's schedule).
+    pub max_age: Duration,
     pub stderr: bool,
 }
 
@@ -355,6 +372,18 @@ struct RawRetention {
     tombstone_max_age: String,
     sweep_every: String,
     batch: u64,
+    max_bytes: String,
+    max_total_bytes: String,
+    warn_before: String,
+    partitions: std::collections::BTreeMap<String, RawPartitionRetention>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RawPartitionRetention {
+    max_age: Option<String>,
+    closed_max_age: Option<String>,
+    max_bytes: Option<String>,
 }
 
 impl Default for RawRetention {
@@ -365,6 +394,10 @@ impl Default for RawRetention {
             tombstone_max_age: "400d".into(),
             sweep_every: "10m".into(),
             batch: 200,
+            max_bytes: "500MB".into(),
+            max_total_bytes: "4GB".into(),
+            warn_before: "2d".into(),
+            partitions: Default::default(),
         }
     }
 }
@@ -580,7 +613,7 @@ impl Default for RawRedact {
 struct RawLogging {
     level: String,
     dir: String,
-    keep_files: u64,
+    max_age: String,
     stderr: bool,
 }
 
@@ -589,7 +622,7 @@ impl Default for RawLogging {
         RawLogging {
             level: "info".into(),
             dir: String::new(),
-            keep_files: 14,
+            max_age: String::new(),
             stderr: true,
         }
     }
@@ -788,13 +821,6 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         }
     }
 
-    let keep_files = in_range(
-        &mut bad,
-        "logging.keep_files",
-        raw.logging.keep_files,
-        1,
-        10_000,
-    );
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.logging.level) {
         bad(format!(
             "logging.level: `{}` is not a log filter: {e}",
@@ -864,29 +890,13 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
     );
     let triage = validate_triage(raw.triage, raw.policy, problems);
     let auth = validate_auth(raw.auth, problems);
-    let r_max = duration(problems, "retention.max_age", &raw.retention.max_age);
-    let r_closed = duration(
-        problems,
-        "retention.closed_max_age",
-        &raw.retention.closed_max_age,
-    );
-    let r_tomb = duration(
-        problems,
-        "retention.tombstone_max_age",
-        &raw.retention.tombstone_max_age,
-    );
-    let r_every = duration(
-        problems,
-        "retention.sweep_every",
-        &raw.retention.sweep_every,
-    );
-    let r_batch = in_range(
-        &mut |p| problems.push(p),
-        "retention.batch",
-        raw.retention.batch,
-        1,
-        10_000,
-    );
+    let retention = validate_retention(raw.retention, problems);
+    // Logs are kept as long as records unless told otherwise.
+    let log_max_age = if raw.logging.max_age.trim().is_empty() {
+        retention.as_ref().map(|r| r.max_age)
+    } else {
+        duration(problems, "logging.max_age", &raw.logging.max_age)
+    };
     let (delivery, targets) = validate_delivery(raw.delivery, raw.targets, problems);
     let replay_batch = in_range(
         &mut |p| problems.push(p),
@@ -947,7 +957,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         logging: LoggingConfig {
             level: raw.logging.level,
             dir: log_dir,
-            keep_files: keep_files as usize,
+            max_age: log_max_age?,
             stderr: raw.logging.stderr,
         },
         rules: rules?,
@@ -955,13 +965,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         delivery: delivery?,
         targets,
         auth: auth?,
-        retention: RetentionConfig {
-            max_age: r_max?,
-            closed_max_age: r_closed?,
-            tombstone_max_age: r_tomb?,
-            sweep_every: r_every?,
-            batch: r_batch as usize,
-        },
+        retention: retention?,
         replay: ReplayConfig {
             batch_size: replay_batch as usize,
             stop_failure_ratio: raw.replay.stop_failure_ratio,
@@ -969,6 +973,101 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
             max_items: replay_max as usize,
             max_open_jobs_per_actor: replay_per_actor as usize,
         },
+    })
+}
+
+/// "500MB", "4 GiB", "0" — or "" / "none" for no cap.
+fn byte_cap(problems: &mut Vec<String>, path: &str, text: &str) -> Option<Option<u64>> {
+    let t = text.trim();
+    if t.is_empty() || t.eq_ignore_ascii_case("none") {
+        return Some(None);
+    }
+    match t.parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() > 0 => Some(Some(b.as_u64())),
+        Ok(_) => {
+            problems.push(format!(
+                "{path}: a cap of 0 bytes would remove everything; write \"none\" for no cap"
+            ));
+            None
+        }
+        Err(e) => {
+            problems.push(format!(
+                "{path}: `{text}` is not a size like 500MB or 4GiB ({e})"
+            ));
+            None
+        }
+    }
+}
+
+fn validate_retention(raw: RawRetention, problems: &mut Vec<String>) -> Option<RetentionConfig> {
+    let max_age = duration(problems, "retention.max_age", &raw.max_age);
+    let closed_max_age = duration(problems, "retention.closed_max_age", &raw.closed_max_age);
+    let tombstone_max_age = duration(
+        problems,
+        "retention.tombstone_max_age",
+        &raw.tombstone_max_age,
+    );
+    let sweep_every = duration(problems, "retention.sweep_every", &raw.sweep_every);
+    let warn_before = duration(problems, "retention.warn_before", &raw.warn_before);
+    let batch = in_range(
+        &mut |p| problems.push(p),
+        "retention.batch",
+        raw.batch,
+        1,
+        10_000,
+    );
+    let max_bytes = byte_cap(problems, "retention.max_bytes", &raw.max_bytes);
+    let max_total_bytes = byte_cap(problems, "retention.max_total_bytes", &raw.max_total_bytes);
+    let mut partitions = std::collections::BTreeMap::new();
+    for (name, p) in raw.partitions {
+        let path = format!("retention.partitions.{name}");
+        if let Err(e) = crate::model::Partition::parse(&name) {
+            problems.push(format!("{path}: {e}"));
+            continue;
+        }
+        let age = |problems: &mut Vec<String>,
+                   key: &str,
+                   v: &Option<String>,
+                   global: Option<Duration>| {
+            match v {
+                Some(t) => duration(problems, &format!("{path}.{key}"), t),
+                None => global,
+            }
+        };
+        let p_max_age = age(problems, "max_age", &p.max_age, max_age);
+        let p_closed = age(
+            problems,
+            "closed_max_age",
+            &p.closed_max_age,
+            closed_max_age,
+        );
+        let p_bytes = match &p.max_bytes {
+            Some(t) => byte_cap(problems, &format!("{path}.max_bytes"), t),
+            None => max_bytes,
+        };
+        if let (Some(max_age), Some(closed_max_age), Some(max_bytes)) =
+            (p_max_age, p_closed, p_bytes)
+        {
+            partitions.insert(
+                name,
+                PartitionRetention {
+                    max_age,
+                    closed_max_age,
+                    max_bytes,
+                },
+            );
+        }
+    }
+    Some(RetentionConfig {
+        max_age: max_age?,
+        closed_max_age: closed_max_age?,
+        tombstone_max_age: tombstone_max_age?,
+        sweep_every: sweep_every?,
+        warn_before: warn_before?,
+        batch: batch as usize,
+        max_bytes: max_bytes?,
+        max_total_bytes: max_total_bytes?,
+        partitions,
     })
 }
 

@@ -68,6 +68,7 @@ pub async fn serve(
     let sweeper = tokio::spawn(crate::retention::run(
         store.clone(),
         config.retention.clone(),
+        Some((config.logging.dir.clone(), config.logging.max_age)),
         stop_rx,
     ));
     let state = AppState {

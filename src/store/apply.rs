@@ -257,18 +257,27 @@ pub fn ingest(
     let (poison, in_window) = count_into_group(conn, r, rule)?;
     // A poison fingerprint never loops: its new records wait for a person.
     let status = if poison { Status::Review } else { r.status };
+    // Never reuse an id, not even that of a removed record (tombstones and exports name it).
+    let id: i64 = conn
+        .prepare_cached(
+            "SELECT max(coalesce((SELECT max(id) FROM dead_letters), 0),
+                        (SELECT value FROM counters WHERE name = 'id_floor')) + 1",
+        )?
+        .query_row([], |row| row.get(0))?;
+    let stored_bytes = r.payload.as_ref().map_or(0, |d| d.bytes.len())
+        + r.error.as_ref().map_or(0, |d| d.bytes.len());
     conn.prepare_cached(
         "INSERT INTO dead_letters (
-            partition, status, source, failure_class, class_rule, fingerprint, dedup_key,
+            id, stored_bytes, partition, status, source, failure_class, class_rule, fingerprint, dedup_key,
             first_seen_at, last_seen_at, updated_at,
             workflow_id, workflow_name, execution_id, execution_url, execution_mode, retry_of,
             node_name, node_type, http_status, error_code, error_name, error_message,
             idempotency_key, external_event_id, correlation_id, tenant_id, contract_version,
             business_object_type, business_object_id, replay_url,
             owner, due_at, payload_version, poison, credential_incident, next_attempt_at, replay_of)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33,
-                 ?34, ?35)",
+         VALUES (?36, ?37, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                 ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32,
+                 ?33, ?34, ?35)",
     )?
     .execute(params![
         r.partition,
@@ -306,8 +315,9 @@ pub fn ingest(
         r.credential_incident,
         (status == Status::RetryScheduled).then_some(r.next_attempt_at_ms.unwrap_or(r.at_ms)),
         r.replay_of,
+        id,
+        stored_bytes as i64,
     ])?;
-    let id = conn.last_insert_rowid();
     if let Some(doc) = &r.payload {
         insert_document(conn, id, "item", 1, doc, r.at_ms, &r.actor)?;
     }
@@ -459,8 +469,11 @@ pub fn change(conn: &Connection, c: &Change) -> Result<RecordSummary, StoreError
             c.at_ms,
             &c.actor,
         )?;
-        conn.prepare_cached("UPDATE dead_letters SET payload_version = ?2 WHERE id = ?1")?
-            .execute(params![c.id, new_version])?;
+        conn.prepare_cached(
+            "UPDATE dead_letters SET payload_version = ?2, stored_bytes = stored_bytes + ?3
+             WHERE id = ?1",
+        )?
+        .execute(params![c.id, new_version, edit.doc.bytes.len() as i64])?;
         audit.log(conn, EventKind::PayloadEdited,
             None,
             None,

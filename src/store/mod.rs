@@ -523,6 +523,7 @@ mod tests {
             tombstone_max_age: Duration::from_secs(400 * 86_400),
             sweep_every: Duration::from_secs(600),
             batch: 1,
+            ..Config::default_config().unwrap().retention
         };
         // Day 5: nothing is due.
         let s = crate::retention::sweep_once(&store, &cfg, 5 * day)

@@ -215,8 +215,65 @@ CREATE INDEX tombstones_record ON tombstones(record_id);
 CREATE INDEX dead_letters_first_seen ON dead_letters(first_seen_at);
 ";
 
+/// Retention, part 2: what each record weighs (its stored documents), running totals per
+/// partition and status kept by triggers (so size caps and, later, depth gauges never scan the
+/// records), removal counts by reason, the id floor that keeps a removed record's id from ever
+/// being handed out again, and the indexes the per-partition sweeps walk.
+const V6: &str = "
+ALTER TABLE dead_letters ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0;
+UPDATE dead_letters SET stored_bytes =
+    coalesce((SELECT sum(length(bytes)) FROM payloads p WHERE p.record_id = dead_letters.id), 0);
+CREATE TABLE partition_stats (
+    partition TEXT    NOT NULL,
+    status    TEXT    NOT NULL,
+    records   INTEGER NOT NULL,
+    bytes     INTEGER NOT NULL,
+    PRIMARY KEY (partition, status)
+) WITHOUT ROWID;
+INSERT INTO partition_stats (partition, status, records, bytes)
+    SELECT partition, status, count(*), sum(stored_bytes) FROM dead_letters GROUP BY partition, status;
+CREATE TRIGGER partition_stats_insert AFTER INSERT ON dead_letters BEGIN
+    INSERT INTO partition_stats (partition, status, records, bytes)
+        VALUES (NEW.partition, NEW.status, 1, NEW.stored_bytes)
+        ON CONFLICT (partition, status) DO UPDATE
+        SET records = records + 1, bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER partition_stats_delete AFTER DELETE ON dead_letters BEGIN
+    UPDATE partition_stats SET records = records - 1, bytes = bytes - OLD.stored_bytes
+        WHERE partition = OLD.partition AND status = OLD.status;
+END;
+CREATE TRIGGER partition_stats_update AFTER UPDATE OF partition, status, stored_bytes ON dead_letters
+    WHEN OLD.partition IS NOT NEW.partition OR OLD.status IS NOT NEW.status
+         OR OLD.stored_bytes IS NOT NEW.stored_bytes
+BEGIN
+    UPDATE partition_stats SET records = records - 1, bytes = bytes - OLD.stored_bytes
+        WHERE partition = OLD.partition AND status = OLD.status;
+    INSERT INTO partition_stats (partition, status, records, bytes)
+        VALUES (NEW.partition, NEW.status, 1, NEW.stored_bytes)
+        ON CONFLICT (partition, status) DO UPDATE
+        SET records = records + 1, bytes = bytes + excluded.bytes;
+END;
+CREATE TABLE removals (
+    partition TEXT    NOT NULL,
+    reason    TEXT    NOT NULL,
+    records   INTEGER NOT NULL,
+    PRIMARY KEY (partition, reason)
+) WITHOUT ROWID;
+INSERT INTO removals (partition, reason, records)
+    SELECT partition, reason, count(*) FROM tombstones GROUP BY partition, reason;
+CREATE TABLE counters (
+    name  TEXT    PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO counters (name, value) VALUES ('id_floor',
+    max(coalesce((SELECT max(id) FROM dead_letters), 0), coalesce((SELECT max(record_id) FROM tombstones), 0)));
+DROP INDEX dead_letters_first_seen;
+CREATE INDEX dead_letters_partition_age ON dead_letters(partition, first_seen_at);
+CREATE INDEX dead_letters_closed ON dead_letters(updated_at) WHERE status IN ('replayed','resolved','skipped');
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
@@ -258,6 +315,7 @@ mod tests {
         let names: Vec<String> = Status::CLOSED.iter().map(|s| format!("'{s}'")).collect();
         assert_eq!(CLOSED_SQL, format!("({})", names.join(",")));
         assert!(V1.contains(&format!("WHERE status NOT IN {CLOSED_SQL}")));
+        assert!(V6.contains(&format!("WHERE status IN {CLOSED_SQL}")));
     }
 
     #[test]
