@@ -75,6 +75,12 @@ pub enum Command {
     },
     /// Check the database's integrity; exit 1 if anything is wrong (no server needed).
     Check,
+    /// Bytes per partition against the caps, records about to expire, removals by reason
+    /// (no server needed).
+    Retention {
+        #[arg(long)]
+        json: bool,
+    },
     /// Write or validate the config file.
     #[command(subcommand)]
     Config(ConfigCommand),

@@ -52,6 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Erase(args) => commands::erase::run(&client()?, args),
         Command::Backup { path } => commands::backup::backup(&config, &path),
         Command::Check => commands::backup::check(&config),
+        Command::Retention { json } => commands::retention::run(&config, json),
         Command::Config(_) => unreachable!("handled above"),
     }
 }

@@ -13,6 +13,7 @@ pub mod note;
 pub mod reopen;
 pub mod replay;
 pub mod resolve;
+pub mod retention;
 pub mod serve;
 pub mod show;
 pub mod skip;

@@ -239,6 +239,7 @@ impl Modify for BearerAuth {
         super::replays::act,
         super::retention::erase,
         super::retention::tombstones,
+        super::retention::status,
         super::read::healthz,
         super::read::readyz,
     ),
@@ -247,7 +248,8 @@ impl Modify for BearerAuth {
         RecordSummary, ListPage, RecordDetail, DocumentView, EventView, AttemptView, Patch, Groups,
         GroupSummary, GroupActionBody, GroupActionAnswer, GroupItem, ReplayRequest, Job, JobView,
         JobItemView, JobCounts, JobStatus, DryRun, Targets, Health, Status, FailureClass,
-        super::retention::Erased, super::retention::Tombstones, crate::store::retention::TombstoneView
+        super::retention::Erased, super::retention::Tombstones, crate::store::retention::TombstoneView,
+        crate::store::retention::RetentionStatus, crate::store::retention::PartitionRetention
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))

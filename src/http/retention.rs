@@ -1,6 +1,7 @@
 //! Erasure and tombstones: `DELETE /v1/dead-letters?…` (admin) removes records now — payloads
 //! destroyed, tombstones kept with reason "erasure" and who asked — and `GET /v1/tombstones`
-//! shows what was removed, when and why.
+//! shows what was removed, when and why; `GET /v1/retention` what each partition holds against
+//! its caps, what is about to expire, and how many records went for each reason.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -12,7 +13,7 @@ use serde_json::json;
 use super::openapi::ErrorBody;
 use super::{ApiError, AppState, Caller};
 use crate::model::{Role, ShortText, MAX_KEY_BYTES};
-use crate::store::retention::{Erasure, ErasureSelector, TombstoneView};
+use crate::store::retention::{Erasure, ErasureSelector, RetentionStatus, TombstoneView};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -123,4 +124,14 @@ pub async fn tombstones(
     }
     let list = super::read::read(&state.store.readers, move |p| p.tombstones(limit)).await?;
     Ok(Json(json!({ "tombstones": list })).into_response())
+}
+
+/// Retention at a glance: bytes per partition against its cap, open records about to expire,
+/// removals by reason. Kept counts, never a scan of the records.
+#[utoipa::path(get, path = "/v1/retention", tag = "retention",
+    responses((status = 200, body = RetentionStatus), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let now = chrono::Utc::now().timestamp_millis();
+    let s = crate::retention::status(&state.store, &state.config.retention, now).await?;
+    Ok(Json(s).into_response())
 }

@@ -570,4 +570,245 @@ mod tests {
             .unwrap();
         assert_eq!(s.tombstones, 3);
     }
+
+    /// Ingest one record into `partition` at `at_ms` with a payload of about `size` bytes.
+    async fn put(
+        store: &Store,
+        ing: &Ingestor,
+        partition: &str,
+        at_ms: i64,
+        n: usize,
+        size: usize,
+    ) -> i64 {
+        let ctx = RequestContext {
+            actor: "test".into(),
+            ..RequestContext::default()
+        };
+        let body = serde_json::json!({
+            "partition": partition,
+            "idempotency_key": format!("{partition}-{n}"),
+            // Short enough to be stored uncompressed: its stored size is its size.
+            "payload": {"n": n, "fill": "x".repeat(size)},
+        })
+        .to_string();
+        let rec = ing
+            .prepare(Source::Envelope, body.as_bytes(), &ctx, at_ms)
+            .unwrap();
+        store.writer.ingest(rec).await.unwrap().id.get()
+    }
+
+    /// The running totals the triggers keep, against a count of the records themselves.
+    fn totals_match(store: &Store) {
+        store
+            .readers
+            .with(|c| {
+                let kept: Vec<(String, String, i64, i64)> = c
+                    .prepare("SELECT partition, status, records, bytes FROM partition_stats WHERE records > 0 ORDER BY 1, 2")?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect::<Result<_, _>>()?;
+                let counted: Vec<(String, String, i64, i64)> = c
+                    .prepare(
+                        "SELECT d.partition, d.status, count(*),
+                                sum((SELECT coalesce(sum(length(bytes)), 0) FROM payloads p WHERE p.record_id = d.id))
+                         FROM dead_letters d GROUP BY 1, 2 ORDER BY 1, 2",
+                    )?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect::<Result<_, _>>()?;
+                assert_eq!(kept, counted);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn size_caps_hold_in_every_partition_and_the_oldest_go_first() {
+        use crate::config::PartitionRetention;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, ing) = store(dir.path());
+        let minute = 60_000i64;
+        // 40 partitions of 25 records of ~500 bytes, interleaved in time; p7 may hold more.
+        let mut ids: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+        for n in 0..25 {
+            for p in 0..40 {
+                let name = format!("p{p}");
+                let id = put(&store, &ing, &name, (n * 40 + p) * minute, n as usize, 500).await;
+                ids.entry(name).or_default().push(id);
+            }
+        }
+        totals_match(&store);
+        let mut cfg = Config::default_config().unwrap().retention;
+        cfg.batch = 50;
+        cfg.max_bytes = Some(5_000);
+        cfg.max_total_bytes = None;
+        cfg.partitions.insert(
+            "p7".into(),
+            PartitionRetention {
+                max_age: cfg.max_age,
+                closed_max_age: cfg.closed_max_age,
+                max_bytes: Some(8_000),
+            },
+        );
+        let now = 25 * 40 * minute;
+        let swept = crate::retention::sweep_once(&store, &cfg, now)
+            .await
+            .unwrap();
+        assert_eq!((swept.age, swept.closed_age), (0, 0));
+        let status = crate::retention::status(&store, &cfg, now).await.unwrap();
+        assert_eq!(status.partitions.len(), 40);
+        let mut removed = 0;
+        for p in &status.partitions {
+            let cap = if p.partition == "p7" { 8_000 } else { 5_000 };
+            assert!(p.bytes <= cap, "{} holds {} > {cap}", p.partition, p.bytes);
+            // Each record weighs ~560 stored bytes: the cap is met with little to spare.
+            assert!(
+                p.bytes > cap - 600,
+                "{} removed too much: {}",
+                p.partition,
+                p.bytes
+            );
+            // What is left is the newest records.
+            let left: Vec<i64> = store
+                .readers
+                .with(|c| {
+                    Ok(
+                        c.prepare("SELECT id FROM dead_letters WHERE partition = ?1 ORDER BY id")?
+                            .query_map([&p.partition], |r| r.get(0))?
+                            .collect::<Result<_, _>>()?,
+                    )
+                })
+                .unwrap();
+            let all = &ids[&p.partition];
+            assert_eq!(
+                left,
+                all[all.len() - left.len()..].to_vec(),
+                "{}",
+                p.partition
+            );
+            assert_eq!(
+                p.removed.get("size").copied().unwrap_or(0),
+                (all.len() - left.len()) as i64
+            );
+            removed += all.len() - left.len();
+        }
+        assert_eq!(swept.size, removed);
+        assert_eq!(status.removed.get("size").copied(), Some(removed as i64));
+        let tombs = store.readers.tombstones(10_000).unwrap();
+        assert_eq!(tombs.len(), removed);
+        assert!(tombs
+            .iter()
+            .all(|t| t.reason == "size" && t.payload_size.unwrap() > 500));
+        totals_match(&store);
+        // A second sweep has nothing to do.
+        let again = crate::retention::sweep_once(&store, &cfg, now)
+            .await
+            .unwrap();
+        assert_eq!(again.total(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn partitions_keep_their_own_age_and_the_total_cap_bounds_the_file() {
+        use crate::config::PartitionRetention;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, ing) = store(dir.path());
+        let day = 86_400_000i64;
+        let a = put(&store, &ing, "ops", 0, 1, 10).await;
+        let b = put(&store, &ing, "billing", 0, 1, 10).await;
+        let mut cfg = Config::default_config().unwrap().retention;
+        cfg.partitions.insert(
+            "billing".into(),
+            PartitionRetention {
+                max_age: std::time::Duration::from_secs(30 * 86_400),
+                closed_max_age: cfg.closed_max_age,
+                max_bytes: None,
+            },
+        );
+        // Day 13: both expire within warn_before (2 days) — ops on day 14, billing on day 30.
+        let s = crate::retention::status(&store, &cfg, 13 * day)
+            .await
+            .unwrap();
+        assert_eq!(s.expiring_soon, 1);
+        let ops = s.partitions.iter().find(|p| p.partition == "ops").unwrap();
+        assert_eq!(
+            (
+                ops.expiring_soon,
+                ops.next_expiry.unwrap().timestamp_millis()
+            ),
+            (1, 14 * day)
+        );
+        let swept = crate::retention::sweep_once(&store, &cfg, 15 * day)
+            .await
+            .unwrap();
+        assert_eq!(swept.age, 1);
+        assert!(store.readers.get(a).is_err() && store.readers.get(b).is_ok());
+        let swept = crate::retention::sweep_once(&store, &cfg, 31 * day)
+            .await
+            .unwrap();
+        assert_eq!(swept.age, 1);
+
+        // The total cap: 3,000 records of ~2 KB, then a cap of half of what the file uses.
+        for n in 0..3_000 {
+            put(
+                &store,
+                &ing,
+                &format!("t{}", n % 5),
+                40 * day + n,
+                n as usize,
+                900,
+            )
+            .await;
+        }
+        let used = store
+            .readers
+            .with(crate::store::retention::used_bytes)
+            .unwrap();
+        cfg.max_bytes = None;
+        cfg.max_total_bytes = Some((used / 2) as u64);
+        let swept = crate::retention::sweep_once(&store, &cfg, 41 * day)
+            .await
+            .unwrap();
+        let after = store
+            .readers
+            .with(crate::store::retention::used_bytes)
+            .unwrap();
+        assert!(after <= used / 2, "{after} > {}", used / 2);
+        assert!(swept.size > 1_000 && swept.size < 2_000, "{swept:?}");
+        // The oldest went: every record left is newer than every one removed.
+        let newest_gone: i64 = store
+            .readers
+            .with(|c| {
+                Ok(c.query_row(
+                    "SELECT max(record_id) FROM tombstones WHERE reason = 'size'",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+            .unwrap();
+        let min_left: i64 = store
+            .readers
+            .with(|c| Ok(c.query_row("SELECT min(id) FROM dead_letters", [], |r| r.get(0))?))
+            .unwrap();
+        assert!(min_left > newest_gone);
+        totals_match(&store);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_records_id_is_never_handed_out_again() {
+        use super::retention::{Erasure, ErasureSelector};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, ing) = store(dir.path());
+        put(&store, &ing, "p", 0, 1, 10).await;
+        let newest = put(&store, &ing, "p", 0, 2, 10).await;
+        store
+            .writer
+            .erase(Erasure {
+                selector: ErasureSelector::Ids(vec![newest]),
+                actor: "dpo".into(),
+                at_ms: 1,
+            })
+            .await
+            .unwrap();
+        let next = put(&store, &ing, "p", 2, 3, 10).await;
+        assert_eq!(next, newest + 1, "the erased record's id came back");
+        totals_match(&store);
+    }
 }

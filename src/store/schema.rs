@@ -353,6 +353,16 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(pv, vec![None, Some(1)]);
+        // v6: running totals and the id floor start from what is there.
+        let totals: (i64, i64, i64) = c
+            .query_row(
+                "SELECT records, bytes, (SELECT value FROM counters WHERE name = 'id_floor')
+                 FROM partition_stats WHERE partition = 'default' AND status = 'new'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(totals, (2, 1, 2));
     }
 
     #[test]
