@@ -75,6 +75,18 @@ pub enum Command {
     },
     /// Check the database's integrity; exit 1 if anything is wrong (no server needed).
     Check,
+    /// Write everything (records, payload versions, events, attempts, tombstones) as JSON
+    /// Lines, from one snapshot (no server needed; safe while it runs).
+    Export {
+        /// The file to write; standard output if absent or `-`.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
+    /// Read an export back; run it again and nothing changes (stop the server first).
+    Import {
+        /// The export to read (`-`: standard input).
+        path: PathBuf,
+    },
     /// Bytes per partition against the caps, records about to expire, removals by reason
     /// (no server needed).
     Retention {

@@ -52,6 +52,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Erase(args) => commands::erase::run(&client()?, args),
         Command::Backup { path } => commands::backup::backup(&config, &path),
         Command::Check => commands::backup::check(&config),
+        Command::Export { out } => commands::export::export(&config, out.as_deref()),
+        Command::Import { path } => commands::export::import(&config, &path),
         Command::Retention { json } => commands::retention::run(&config, json),
         Command::Config(_) => unreachable!("handled above"),
     }

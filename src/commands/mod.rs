@@ -7,6 +7,7 @@ pub mod client;
 pub mod config;
 pub mod edit;
 pub mod erase;
+pub mod export;
 pub mod groups;
 pub mod list;
 pub mod note;

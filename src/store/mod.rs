@@ -11,6 +11,7 @@
 
 mod apply;
 pub mod codec;
+pub mod export;
 pub mod jobs;
 mod query;
 pub mod retention;
@@ -32,7 +33,7 @@ pub use query::{
     AttemptView, DocumentView, EventView, GroupFilter, GroupSummary, ListFilter, ListPage,
     RecordDetail, RecordSummary,
 };
-pub use writer::Writer;
+pub use writer::{ImportBatch, Writer};
 
 use crate::config::StorageConfig;
 

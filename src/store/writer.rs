@@ -25,6 +25,7 @@ use super::apply::{
     self, Change, Claim, Claimed, Finish, GroupAction, GroupItem, IngestOutcome, NewRecord,
     PoisonRule,
 };
+use super::export::{self, Imported, Line};
 use super::jobs::{self, ItemOutcome, JobMove, JobStatus, NewJob};
 use super::query::RecordSummary;
 use super::retention::{self, Erasure, SweepStep, Swept};
@@ -44,6 +45,14 @@ enum Op {
     CreateJob(Box<NewJob>),
     MoveJob(Box<JobMove>),
     SetItem(Box<ItemOutcome>),
+    Import(Box<ImportBatch>),
+}
+
+/// Lines of an export to apply in one transaction, encoded as this store encodes documents.
+pub struct ImportBatch {
+    pub lines: Vec<Line>,
+    pub compress_above: usize,
+    pub zstd_level: i32,
 }
 
 /// What it answers, one variant per `Op`.
@@ -59,6 +68,7 @@ enum Done {
     JobCreated(i64),
     JobMoved(JobStatus),
     ItemSet,
+    Imported(Imported, Vec<i64>),
 }
 
 /// What travels on the writer's channel.
@@ -270,6 +280,17 @@ impl Writer {
         }
     }
 
+    /// Import a batch of export lines, all or nothing; what was done, and the ids that clash
+    /// with different records here.
+    pub async fn import(&self, batch: ImportBatch) -> Result<(Imported, Vec<i64>), StoreError> {
+        match self.call(Op::Import(Box::new(batch))).await? {
+            Done::Imported(done, conflicts) => Ok((done, conflicts)),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
     pub async fn create_job(&self, job: NewJob) -> Result<i64, StoreError> {
         match self.call(Op::CreateJob(Box::new(job))).await? {
             Done::JobCreated(id) => Ok(id),
@@ -452,6 +473,10 @@ fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, Stor
         Op::Erase(e) => Done::Erased(retention::erase(conn, e)?),
         Op::CreateJob(j) => Done::JobCreated(jobs::create(conn, j)?),
         Op::MoveJob(m) => Done::JobMoved(jobs::apply_move(conn, m)?),
+        Op::Import(b) => {
+            let (done, conflicts) = export::import(conn, &b.lines, b.compress_above, b.zstd_level)?;
+            Done::Imported(done, conflicts)
+        }
         Op::SetItem(o) => {
             jobs::set_item(conn, o)?;
             Done::ItemSet

@@ -171,3 +171,187 @@ fn a_backup_taken_while_ingesting_is_consistent_and_checks_clean() {
     let o = s.cli(&["check"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Everything after the header line (which carries the export's own time).
+fn body_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn export_then_import_round_trips_and_importing_again_changes_nothing() {
+    use crate::harness::fixture;
+    let s = Server::start();
+    // A mix: n8n's shapes, a big (compressed) payload, an edit, a resolution, an erasure.
+    let trigger = s.post(
+        "/v1/n8n/error-trigger",
+        fixture("error-trigger-body.dlqHttp500Wf0001.raw.json"),
+    );
+    assert_eq!(trigger.status, 201, "{}", trigger.text);
+    let item = s.post("/v1/dead-letters", fixture("error-output-item.raw.json"));
+    let item = item.json["id"].as_i64().unwrap();
+    let big = json!({"partition": "billing", "payload": {"lines": (0..300).map(|n| json!({"sku": format!("SKU-{n}"), "qty": n})).collect::<Vec<_>>()}});
+    let big = s.post("/v1/dead-letters", big.to_string()).json["id"]
+        .as_i64()
+        .unwrap();
+    let gone = s
+        .post(
+            "/v1/dead-letters",
+            json!({"payload": {"who": "erase me"}, "tenant_id": "t-gone"}).to_string(),
+        )
+        .json["id"]
+        .as_i64()
+        .unwrap();
+    let mut edited: Value =
+        serde_json::from_str(&s.get(&format!("/v1/dead-letters/{item}/payload")).text).unwrap();
+    edited["body"]["amount"] = json!(1);
+    assert_eq!(
+        s.patch(item, json!({"payload": edited}), "ana", Some(1))
+            .status,
+        200
+    );
+    assert_eq!(
+        s.patch(big, json!({"status": "resolved"}), "ana", None)
+            .status,
+        200
+    );
+    let r = s
+        .client
+        .delete(s.url("/v1/dead-letters?tenant_id=t-gone"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // Retention's view, over HTTP and in the CLI.
+    let st = s.get("/v1/retention").json;
+    assert_eq!(st["removed"]["erasure"], 1);
+    assert_eq!(st["tombstones"], 1);
+    let billing = st["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["partition"] == "billing")
+        .unwrap();
+    assert_eq!(
+        (billing["records"].as_i64(), billing["open"].as_i64()),
+        (Some(1), Some(0))
+    );
+    assert!(billing["bytes"].as_i64().unwrap() > 100);
+    let o = s.cli(&["retention"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("erasure 1"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("billing"), "{}", stdout(&o));
+
+    // Export while the server runs.
+    let work = tempfile::tempdir().unwrap();
+    let first = work.path().join("first.jsonl");
+    let o = s.cli(&["export", "--out", first.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("exported 3 record(s) and 1 tombstone(s)"),
+        "{}",
+        stdout(&o)
+    );
+
+    // Import into a fresh data dir, export that: the same lines.
+    let fresh = work.path().join("fresh");
+    let cli = |dir: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(crate::harness::BIN)
+            .arg("--data-dir")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = cli(&fresh, &["import", first.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("imported 3 record(s) and 1 tombstone(s)"),
+        "{}",
+        stdout(&o)
+    );
+    let second = work.path().join("second.jsonl");
+    let o = cli(&fresh, &["export", "-o", second.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(body_lines(&first), body_lines(&second));
+    // Again: nothing changes.
+    let o = cli(&fresh, &["import", first.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("imported 0 record(s) and 0 tombstone(s); 3 already here"),
+        "{}",
+        stdout(&o)
+    );
+    let o = cli(&fresh, &["check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // The imported copy serves: both payload versions, and new records get new ids.
+    let mut copy = Server::start_in(&fresh, "").unwrap();
+    let v1 = copy
+        .get(&format!("/v1/dead-letters/{item}/payload?version=1"))
+        .text;
+    let v2 = copy.get(&format!("/v1/dead-letters/{item}/payload")).text;
+    assert_eq!(
+        v1,
+        s.get(&format!("/v1/dead-letters/{item}/payload?version=1"))
+            .text
+    );
+    assert_ne!(v1, v2);
+    assert_eq!(v2, s.get(&format!("/v1/dead-letters/{item}/payload")).text);
+    assert!(copy.get(&format!("/v1/dead-letters/{gone}")).status == 404);
+    let newer = copy.post("/v1/dead-letters", json!({"payload": {"n": 1}}).to_string());
+    assert!(
+        newer.json["id"].as_i64().unwrap() > gone,
+        "no id is reused, not even an erased one's"
+    );
+    // Erase a record in the copy: importing the old export does not bring it back.
+    let r = copy
+        .client
+        .delete(copy.url(&format!("/v1/dead-letters?ids={big}")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    // Import needs the data dir to itself.
+    let o = cli(&fresh, &["import", first.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("stop the server"), "{}", stderr(&o));
+    copy.terminate();
+    let o = cli(&fresh, &["import", first.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("1 removed here (left out)"),
+        "{}",
+        stdout(&o)
+    );
+    let copy = Server::start_in(&fresh, "").unwrap();
+    assert_eq!(copy.get(&format!("/v1/dead-letters/{big}")).status, 404);
+
+    // A damaged export is refused with the line named, and nothing of its batch lands.
+    let bad = work.path().join("bad.jsonl");
+    let mut text = std::fs::read_to_string(&first).unwrap();
+    // The edited payload version, inside its JSON string.
+    assert!(text.contains(r#"\"amount\":1"#));
+    text = text.replacen(r#"\"amount\":1"#, r#"\"amount\":2"#, 1);
+    std::fs::write(&bad, text).unwrap();
+    let other = work.path().join("other");
+    let o = cli(&other, &["import", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("does not match its sha256"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("lines 2–5"), "{}", stderr(&o));
+    let o = cli(&other, &["list", "--json"]);
+    let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        listed["items"],
+        json!([]),
+        "nothing of the failed batch landed"
+    );
+    drop(copy);
+}
