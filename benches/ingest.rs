@@ -24,20 +24,14 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use deadletter::config::Config;
+mod common;
+use common::{env_usize, median, read_response, real_server, request, Running};
 
 const FIXTURE: &str =
     include_str!("../tests/fixtures/n8n/error-trigger-body.dlqHttp500Wf0001.raw.json");
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Distinct Error Trigger bodies (execution id and url vary, so none deduplicates), ~2 KB each.
 fn bodies(n: usize, offset: usize) -> Vec<Vec<u8>> {
@@ -50,16 +44,6 @@ fn bodies(n: usize, offset: usize) -> Vec<Vec<u8>> {
                 .into_bytes()
         })
         .collect()
-}
-
-fn request(path: &str, body: &[u8]) -> Vec<u8> {
-    let mut r = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    r.extend_from_slice(body);
-    r
 }
 
 #[derive(Clone, Debug)]
@@ -133,79 +117,6 @@ fn load(addr: SocketAddr, requests: Arc<Vec<Vec<u8>>>, conns: usize, want_status
     })
 }
 
-async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> u16 {
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "server closed the connection");
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = std::str::from_utf8(&buf[..head_end]).unwrap();
-    let status: u16 = head[9..12].parse().unwrap();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "server closed the connection");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    status
-}
-
-/// A server on its own 2-thread runtime, stopped (gracefully) on drop.
-struct Running {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Running {
-    fn start(
-        make: impl FnOnce(
-                tokio::net::TcpListener,
-                tokio::sync::oneshot::Receiver<()>,
-            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-            + Send
-            + 'static,
-    ) -> Running {
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(l.local_addr().unwrap()).unwrap();
-                make(l, stop_rx).await;
-            });
-        });
-        Running {
-            addr: addr_rx.recv().unwrap(),
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.thread.take().unwrap().join().unwrap();
-    }
-}
-
 fn parse_only_server() -> Running {
     Running::start(|listener, stop| {
         Box::pin(async move {
@@ -225,30 +136,6 @@ fn parse_only_server() -> Running {
                 })
                 .await
                 .unwrap();
-        })
-    })
-}
-
-fn real_server(dir: &Path) -> Running {
-    let mut config = Config::default_config().unwrap();
-    config.set_data_dir(dir.to_owned());
-    config.logging.stderr = false;
-    // Ingest alone: the retry scheduler would start sending (or giving up on) records whose
-    // jittered first retry falls inside the run.
-    config.delivery.enabled = false;
-    if let Ok(level) = std::env::var("BENCH_LOG_LEVEL") {
-        config.logging.level = level;
-    }
-    Running::start(move |listener, stop| {
-        Box::pin(async move {
-            // Logs as in production (the first server's subscriber stays for the process).
-            let _log = deadletter::logging::init_server(&config.logging);
-            let store = deadletter::server::open_store(&config).unwrap();
-            deadletter::server::serve(config, store, listener, async {
-                let _ = stop.await;
-            })
-            .await
-            .unwrap();
         })
     })
 }
@@ -319,11 +206,6 @@ fn raw_sqlite(dir: &Path, rows: &[Vec<u8>]) -> Stats {
     st
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() {
     let n = env_usize("BENCH_REQUESTS", 20_000);
     let rounds = env_usize("BENCH_ROUNDS", 3).max(1);
@@ -340,7 +222,7 @@ fn main() {
                 .collect::<Vec<_>>(),
         );
         let tmp = tempfile::tempdir().unwrap();
-        let srv = real_server(tmp.path());
+        let srv = real_server(tmp.path(), |_| {});
         let s = load(srv.addr, reqs, conns, 201);
         println!(
             "(b) only: {:.0}/s  p50 {:.2} ms  p99 {:.2} ms  errors {}",
@@ -364,7 +246,7 @@ fn main() {
         };
         let tmp = tempfile::tempdir().unwrap();
         let bb = {
-            let srv = real_server(tmp.path());
+            let srv = real_server(tmp.path(), |_| {});
             load(srv.addr, reqs.clone(), conns, 201)
         };
         let c = raw_sqlite(tmp.path(), &b);
@@ -424,7 +306,7 @@ fn main() {
         );
         drop(b);
         let s = {
-            let srv = real_server(tmp.path());
+            let srv = real_server(tmp.path(), |_| {});
             load(srv.addr, reqs, conns, 201)
         };
         // The server has stopped: the WAL is checkpointed into the main file.

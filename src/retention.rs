@@ -61,18 +61,33 @@ pub async fn sweep_once(
         tombstone_max_age_ms: ms(cfg.tombstone_max_age),
         max_total_bytes: bytes(cfg.max_total_bytes),
         batch: cfg.batch,
+        budget: STEP_BUDGET,
     };
     let mut total = Swept::default();
     loop {
         let swept = store.writer.sweep(step.clone()).await?;
         total.add(swept);
-        if swept.total() < cfg.batch {
-            return Ok(total);
+        if !swept.more {
+            break;
         }
         // Let waiting ingests through between batches.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(PAUSE).await;
     }
+    if total.total() > 0 {
+        // Give the space back, a bounded number of pages per transaction.
+        while store.writer.vacuum(VACUUM_PAGES).await? == VACUUM_PAGES as usize {
+            tokio::time::sleep(PAUSE).await;
+        }
+    }
+    Ok(total)
 }
+
+/// How long one sweep transaction may remove records (the ingests queued behind it wait).
+const STEP_BUDGET: Duration = Duration::from_millis(3);
+/// Between two sweep or vacuum transactions: room for the ingests queued behind them.
+const PAUSE: Duration = Duration::from_millis(5);
+/// Pages freed per vacuum transaction (1 MiB at the default page size).
+const VACUUM_PAGES: u32 = 256;
 
 /// What retention holds and has removed, at `now_ms`.
 pub async fn status(

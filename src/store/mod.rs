@@ -772,6 +772,19 @@ mod tests {
             .with(crate::store::retention::used_bytes)
             .unwrap();
         assert!(after <= used / 2, "{after} > {}", used / 2);
+        // The space went back to the file system: no free pages are left in the file.
+        let (free, pages): (i64, i64) = store
+            .readers
+            .with(|c| {
+                Ok(c.query_row(
+                    "SELECT (SELECT freelist_count FROM pragma_freelist_count()),
+                            (SELECT page_count FROM pragma_page_count())",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
+            })
+            .unwrap();
+        assert_eq!(free, 0, "{pages} pages, {free} of them free");
         assert!(swept.size > 1_000 && swept.size < 2_000, "{swept:?}");
         // The oldest went: every record left is newer than every one removed.
         let newest_gone: i64 = store

@@ -69,6 +69,9 @@ pub struct SweepStep {
     /// The database's used size (pages in use, not the free ones) may not pass this.
     pub max_total_bytes: Option<i64>,
     pub batch: usize,
+    /// A step stops removing once it has run this long (and says there is more), so the
+    /// ingests queued behind it never wait longer than about this.
+    pub budget: std::time::Duration,
 }
 
 /// Which records an erasure removes.
@@ -95,6 +98,18 @@ fn remove(
     actor: &str,
     now_ms: i64,
 ) -> Result<usize, StoreError> {
+    remove_until(conn, ids, reason, actor, now_ms, None)
+}
+
+/// `remove`, stopping early (between records) once `deadline` has passed.
+fn remove_until(
+    conn: &Connection,
+    ids: &[i64],
+    reason: Reason,
+    actor: &str,
+    now_ms: i64,
+    deadline: Option<std::time::Instant>,
+) -> Result<usize, StoreError> {
     let mut tomb = conn.prepare_cached(
         "INSERT INTO tombstones (record_id, partition, workflow_id, idempotency_key, external_event_id,
              tenant_id, status, failure_class, created_at, removed_at, reason, actor,
@@ -116,6 +131,9 @@ fn remove(
         conn.prepare_cached("UPDATE counters SET value = max(value, ?1) WHERE name = 'id_floor'")?;
     let mut n = 0;
     for id in ids {
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            break;
+        }
         tomb.execute(params![id, now_ms, reason.as_str(), actor])?;
         let partition: Option<String> = delete.query_row([id], |r| r.get(0)).optional()?;
         if let Some(p) = partition {
@@ -134,6 +152,8 @@ pub struct Swept {
     pub closed_age: usize,
     pub size: usize,
     pub tombstones: usize,
+    /// The step stopped at its batch or time budget: more may be due.
+    pub more: bool,
 }
 
 impl Swept {
@@ -146,6 +166,7 @@ impl Swept {
         self.closed_age += o.closed_age;
         self.size += o.size;
         self.tombstones += o.tombstones;
+        self.more = o.more;
     }
 }
 
@@ -209,8 +230,17 @@ fn until_freed(candidates: &[(i64, i64, i64)], excess: i64, per_row: i64) -> Vec
 
 pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
     let system = super::apply::SYSTEM;
+    let deadline = std::time::Instant::now() + s.budget;
     let mut out = Swept::default();
-    let left = |out: &Swept| s.batch.saturating_sub(out.age + out.closed_age + out.size);
+    let left = |out: &Swept| {
+        if std::time::Instant::now() >= deadline {
+            0
+        } else {
+            s.batch.saturating_sub(out.age + out.closed_age + out.size)
+        }
+    };
+    let remove =
+        |ids: &[i64], reason| remove_until(conn, ids, reason, system, s.now_ms, Some(deadline));
 
     // Closed records past their (partition's) closed age, the longest-closed first. One query:
     // the partial index on closed records' updated_at bounds it, a CASE gives each partition
@@ -250,7 +280,7 @@ pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
         .prepare_cached(&sql)?
         .query_map(rusqlite::params_from_iter(args), |r| r.get(0))?
         .collect::<Result<Vec<i64>, _>>()?;
-    out.closed_age = remove(conn, &closed, Reason::ClosedAge, system, s.now_ms)?;
+    out.closed_age = remove(&closed, Reason::ClosedAge)?;
 
     // Then, partition by partition: records past the partition's age, and the oldest ones
     // beyond its byte cap.
@@ -263,7 +293,7 @@ pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
             .into_iter()
             .map(|(id, _, _)| id)
             .collect();
-        out.age += remove(conn, &old, Reason::Age, system, s.now_ms)?;
+        out.age += remove(&old, Reason::Age)?;
         let Some(cap) = policy.max_bytes else {
             continue;
         };
@@ -278,7 +308,7 @@ pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
         if now_bytes > cap {
             let candidates = oldest(conn, &partition, i64::MAX, left(&out))?;
             let ids = until_freed(&candidates, now_bytes - cap, 0);
-            out.size += remove(conn, &ids, Reason::Size, system, s.now_ms)?;
+            out.size += remove(&ids, Reason::Size)?;
         }
     }
 
@@ -293,7 +323,7 @@ pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
             candidates.sort_by_key(|&(id, first_seen, _)| (first_seen, id));
             candidates.truncate(left(&out));
             let ids = until_freed(&candidates, used - cap, ROW_OVERHEAD);
-            out.size += remove(conn, &ids, Reason::Size, system, s.now_ms)?;
+            out.size += remove(&ids, Reason::Size)?;
         }
     }
     if out.total() > 0 {
@@ -306,6 +336,7 @@ pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
             "DELETE FROM tombstones WHERE id IN (SELECT id FROM tombstones WHERE removed_at < ?1 LIMIT ?2)",
         )?
         .execute(params![s.now_ms - s.tombstone_max_age_ms, s.batch as i64])?;
+    out.more = left(&out) == 0 || out.tombstones == s.batch;
     Ok(out)
 }
 

@@ -46,6 +46,7 @@ enum Op {
     MoveJob(Box<JobMove>),
     SetItem(Box<ItemOutcome>),
     Import(Box<ImportBatch>),
+    Vacuum { pages: u32 },
 }
 
 /// Lines of an export to apply in one transaction, encoded as this store encodes documents.
@@ -69,6 +70,7 @@ enum Done {
     JobMoved(JobStatus),
     ItemSet,
     Imported(Imported, Vec<i64>),
+    Vacuumed(usize),
 }
 
 /// What travels on the writer's channel.
@@ -280,6 +282,16 @@ impl Writer {
         }
     }
 
+    /// Give up to `pages` free pages back to the file system; how many went (fewer: done).
+    pub async fn vacuum(&self, pages: u32) -> Result<usize, StoreError> {
+        match self.call(Op::Vacuum { pages }).await? {
+            Done::Vacuumed(n) => Ok(n),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
     /// Import a batch of export lines, all or nothing; what was done, and the ids that clash
     /// with different records here.
     pub async fn import(&self, batch: ImportBatch) -> Result<(Imported, Vec<i64>), StoreError> {
@@ -392,11 +404,10 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, max_batch: usize, poison: Poison
         let started = Instant::now();
         let results = commit_batch(&mut conn, &batch, poison);
         last_commit = started.elapsed();
-        let removed = results.iter().any(|res| match res {
-            Ok(Done::Erased(ids)) => !ids.is_empty(),
-            Ok(Done::Swept(s)) => s.total() > 0,
-            _ => false,
-        });
+        // Sweeps give their space back in bounded steps of their own (`Writer::vacuum`).
+        let removed = results
+            .iter()
+            .any(|res| matches!(res, Ok(Done::Erased(ids)) if !ids.is_empty()));
         if removed {
             reclaim(&conn);
         }
@@ -413,16 +424,33 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, max_batch: usize, poison: Poison
     tracing::debug!("writer: channel closed, stopping");
 }
 
-/// After records were removed: give the freed pages back to the file system and truncate the
-/// WAL, so removed bytes are left in neither file (secure_delete already zeroed them in the
-/// pages). Failures are logged: the space is reclaimed next time.
+/// After an erasure: give every freed page back to the file system and truncate the WAL, so
+/// removed bytes are left in neither file (secure_delete already zeroed them in the pages).
+/// Failures are logged: the space is reclaimed next time.
 fn reclaim(conn: &Connection) {
-    if let Err(e) = conn.execute_batch("PRAGMA incremental_vacuum;") {
+    if let Err(e) = vacuum(conn, None) {
         tracing::warn!(error = %e, "incremental vacuum failed");
     }
     if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
         tracing::warn!(error = %e, "WAL truncate failed");
     }
+}
+
+/// Free up to `pages` free pages (all with None) from the end of the file; how many went.
+/// The pragma frees one page per row it returns, so it must be stepped to the end (a single
+/// step, as `execute_batch` does, frees one page).
+fn vacuum(conn: &Connection, pages: Option<u32>) -> Result<usize, StoreError> {
+    let sql = match pages {
+        Some(n) => format!("PRAGMA incremental_vacuum({n})"),
+        None => "PRAGMA incremental_vacuum".to_string(),
+    };
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut freed = 0;
+    while rows.next()?.is_some() {
+        freed += 1;
+    }
+    Ok(freed)
 }
 
 /// Apply every request in one transaction, then answer. The fast path runs them back to back;
@@ -473,6 +501,7 @@ fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, Stor
         Op::Erase(e) => Done::Erased(retention::erase(conn, e)?),
         Op::CreateJob(j) => Done::JobCreated(jobs::create(conn, j)?),
         Op::MoveJob(m) => Done::JobMoved(jobs::apply_move(conn, m)?),
+        Op::Vacuum { pages } => Done::Vacuumed(vacuum(conn, Some(*pages))?),
         Op::Import(b) => {
             let (done, conflicts) = export::import(conn, &b.lines, b.compress_above, b.zstd_level)?;
             Done::Imported(done, conflicts)
