@@ -5,8 +5,9 @@
 //! 2. Baseline: the real server on that file with retention that removes nothing; an open-loop
 //!    load of BENCH_RATE (default 1000) ingests per second for BENCH_BASELINE_SECS (10).
 //! 3. Sweep: the real server again, default retention (14 days): the sweeper starts at once
-//!    and removes every old record, leaving tombstones; the same open-loop load runs until the
-//!    sweep is done (GET /v1/retention says how many went).
+//!    and removes every old record, leaving tombstones, then gives the space back (incremental
+//!    vacuum); the same open-loop load runs until both are done (GET /v1/retention says how
+//!    many went and how many free bytes are left).
 //!
 //! Latency is measured from each request's scheduled send time (so a stall counts fully, not
 //! just the one request that waited). Prints p50/p99/max for both phases, their ratio, and the
@@ -172,12 +173,16 @@ fn open_loop(addr: std::net::SocketAddr, rate: usize, tag: &str, stop: Arc<Atomi
     })
 }
 
-/// Records removed by age so far, from the server's own retention view.
-fn removed(addr: std::net::SocketAddr) -> i64 {
+/// Records removed by age so far, and free bytes not yet given back, from the server's own
+/// retention view.
+fn progress(addr: std::net::SocketAddr) -> (i64, i64) {
     let v: serde_json::Value = reqwest::blocking::get(format!("http://{addr}/v1/retention"))
         .and_then(|r| r.json())
         .unwrap_or_default();
-    v["removed"]["age"].as_i64().unwrap_or(0)
+    (
+        v["removed"]["age"].as_i64().unwrap_or(0),
+        v["free_bytes"].as_i64().unwrap_or(i64::MAX),
+    )
 }
 
 fn main() {
@@ -236,14 +241,19 @@ fn main() {
         let srv = real_server(&dir, no_caps);
         let addr = srv.addr;
         let started = Instant::now();
-        // Until every old record went (or an hour passed, whatever happens).
+        // Until every old record went and their space was given back (under 4 MiB free), or
+        // an hour passed, whatever happens.
         let phase = run(
             addr,
             "sweep",
-            Box::new(move |t| removed(addr) >= rows as i64 || t > Duration::from_secs(3600)),
+            Box::new(move |t| {
+                let (removed, free) = progress(addr);
+                (removed >= rows as i64 && free < 4 << 20) || t > Duration::from_secs(3600)
+            }),
         );
-        let swept = removed(addr);
+        let (swept, free) = progress(addr);
         assert_eq!(swept, rows as i64, "the sweep did not finish");
+        println!("free pages left: {free} bytes");
         (phase, started.elapsed())
     };
 
@@ -261,7 +271,7 @@ fn main() {
     }
     println!();
     println!(
-        "sweep: {rows} records removed (tombstones kept) in {:.1} s = {:.0}/s while ingesting",
+        "sweep: {rows} records removed (tombstones kept) and their space given back in {:.1} s = {:.0}/s while ingesting",
         sweep_time.as_secs_f64(),
         rows as f64 / sweep_time.as_secs_f64()
     );

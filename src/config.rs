@@ -1533,6 +1533,56 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn retention_caps_partitions_and_log_age() {
+        let c = Config::default_config().unwrap();
+        assert_eq!(c.retention.max_bytes, Some(500_000_000));
+        assert_eq!(c.retention.max_total_bytes, Some(4_000_000_000));
+        assert_eq!(
+            c.logging.max_age, c.retention.max_age,
+            "logs follow records by default"
+        );
+        let c = Config::parse(
+            "[retention]\nmax_age = '30d'\nmax_total_bytes = 'none'\n\
+             [retention.partitions.billing]\nmax_bytes = '2GiB'\n\
+             [retention.partitions.'ops.eu']\nmax_age = '3d'\nmax_bytes = 'none'\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.logging.max_age, Duration::from_secs(30 * 86_400));
+        assert_eq!(c.retention.max_total_bytes, None);
+        let billing = &c.retention.partitions["billing"];
+        assert_eq!(
+            (billing.max_age, billing.max_bytes),
+            (Duration::from_secs(30 * 86_400), Some(2 << 30)),
+            "what a partition leaves out is the global value"
+        );
+        let ops = &c.retention.partitions["ops.eu"];
+        assert_eq!(
+            (ops.max_age, ops.max_bytes),
+            (Duration::from_secs(3 * 86_400), None)
+        );
+        let err = Config::parse(
+            "[retention]\nmax_bytes = 'lots'\nmax_total_bytes = '0'\n\
+             [retention.partitions.'a b']\nmax_age = '1d'\n\
+             [retention.partitions.x]\nmax_age = 'soon'\nmax_bytez = 1\n\
+             [logging]\nmax_age = 'forever'\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        for path in [
+            "retention.max_bytes: `lots` is not a size",
+            "retention.max_total_bytes: a cap of 0 bytes",
+            "retention.partitions.a b:",
+            "retention.partitions.x.max_age",
+            "retention.partitions.x.max_bytez: unknown key",
+            "logging.max_age",
+        ] {
+            assert!(err.contains(path), "{path} not in: {err}");
+        }
+    }
 }
 #[cfg(test)]
 mod flatten_check {

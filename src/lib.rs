@@ -11,16 +11,18 @@
 //! cli            clap derive: every subcommand and its flags
 //! commands/      one file per subcommand; the only place that prints for humans
 //! config         TOML -> validated Config; the embedded commented example
-//! logging        tracing to stderr + daily rolling files
+//! logging        tracing to stderr + daily rolling files (pruned by age on the sweeper's schedule)
 //! model/         domain types, no I/O: ids, Status, FailureClass, the n8n and envelope shapes
 //! classify       rule table -> failure class; fingerprints
 //! redact         secrets out of errors, headers and payloads before anything is stored
 //! ingest         the pipeline parse -> redact -> classify -> encode, producing store::NewRecord
 //! store/         the only module with SQL: schema + migrations, single writer with group
-//!                commit, reader pool, payload codec, queries
+//!                commit, reader pool, payload codec, queries, retention (removal, tombstones,
+//!                per-partition totals), export/import as JSON Lines
 //! replay/        targets, per-target rate limit + breaker, the dispatcher (one send),
 //!                the retry scheduler (claim with a lease, send, move on), replay jobs
-//! retention      the sweeper: age-based removal in small batches, tombstones kept
+//! retention      the sweeper: age, closed age and size caps (per partition and in total) in
+//!                small time-boxed batches, tombstones kept, space given back; log pruning
 //! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON,
 //!                openapi (GET /openapi.json from the handlers' annotations)
 //! server         serve(config, store, listener, shutdown)

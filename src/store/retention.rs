@@ -444,6 +444,9 @@ pub struct PartitionRetention {
 pub struct RetentionStatus {
     /// Bytes of the database file in use (free pages excluded).
     pub used_bytes: i64,
+    /// Free pages not yet given back to the file system (the sweeper's vacuum does that
+    /// after removing records).
+    pub free_bytes: i64,
     pub max_total_bytes: Option<i64>,
     /// Open records, all partitions, that age will remove within `warn_before_seconds`.
     pub expiring_soon: i64,
@@ -528,8 +531,14 @@ pub fn status(
             partition,
         });
     }
+    let free_bytes: i64 = conn.query_row(
+        "SELECT (SELECT freelist_count FROM pragma_freelist_count()) * (SELECT page_size FROM pragma_page_size())",
+        [],
+        |r| r.get(0),
+    )?;
     Ok(RetentionStatus {
         used_bytes: used_bytes(conn)?,
+        free_bytes,
         max_total_bytes,
         expiring_soon: expiring_total,
         warn_before_seconds: warn_before_ms / 1000,

@@ -355,3 +355,50 @@ fn export_then_import_round_trips_and_importing_again_changes_nothing() {
     );
     drop(copy);
 }
+
+#[test]
+fn old_log_files_go_on_the_sweepers_schedule_and_expiring_records_are_told() {
+    use std::time::{Duration, SystemTime};
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let aged = |name: &str, days: u64| {
+        let p = logs.join(name);
+        std::fs::File::create(&p)
+            .unwrap()
+            .set_modified(SystemTime::now() - Duration::from_secs(days * 86_400))
+            .unwrap();
+        p
+    };
+    let old = aged("deadletter.2026-10-01.log", 20);
+    let young = aged("deadletter.2026-11-25.log", 5);
+    let theirs = aged("someone-elses.log", 90);
+    // Logs kept 10 days; records expire after 1 h and are "expiring soon" 2 h ahead: a record
+    // ingested now is expiring soon at once.
+    let s = Server::start_in(
+        tmp.path(),
+        "[logging]\nmax_age = \"10d\"\n[retention]\nmax_age = \"1h\"\nwarn_before = \"2h\"\nsweep_every = \"1s\"\n",
+    )
+    .unwrap();
+    crate::harness::eventually(
+        "the old log file is removed",
+        Duration::from_secs(10),
+        || (!old.exists()).then_some(()),
+    );
+    assert!(young.exists() && theirs.exists());
+    let r = s.post("/v1/dead-letters", json!({"payload": {"n": 1}}).to_string());
+    assert_eq!(r.status, 201);
+    crate::harness::eventually(
+        "the record counts as expiring soon",
+        Duration::from_secs(10),
+        || (s.get("/v1/retention").json["expiring_soon"] == 1).then_some(()),
+    );
+    // The next sweep says so in the log (read from today's log file).
+    crate::harness::eventually("the sweeper warns", Duration::from_secs(10), || {
+        std::fs::read_dir(&logs)
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+            .any(|t| t.contains("open records will expire soon") && t.contains("default=1"))
+            .then_some(())
+    });
+}
