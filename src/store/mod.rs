@@ -714,16 +714,33 @@ mod tests {
         let day = 86_400_000i64;
         let a = put(&store, &ing, "ops", 0, 1, 10).await;
         let b = put(&store, &ing, "billing", 0, 1, 10).await;
+        // One closed record in each, resolved on day 1.
+        let ops_closed = put(&store, &ing, "ops", 0, 2, 10).await;
+        let billing_closed = put(&store, &ing, "billing", 0, 2, 10).await;
+        for id in [ops_closed, billing_closed] {
+            store
+                .writer
+                .change(Change {
+                    id,
+                    actor: "ana".into(),
+                    at_ms: day,
+                    status: Some((crate::model::Status::Resolved, None)),
+                    ..Change::default()
+                })
+                .await
+                .unwrap();
+        }
         let mut cfg = Config::default_config().unwrap().retention;
         cfg.partitions.insert(
             "billing".into(),
             PartitionRetention {
                 max_age: std::time::Duration::from_secs(30 * 86_400),
-                closed_max_age: cfg.closed_max_age,
+                closed_max_age: std::time::Duration::from_secs(20 * 86_400),
                 max_bytes: None,
             },
         );
-        // Day 13: both expire within warn_before (2 days) — ops on day 14, billing on day 30.
+        // Day 13: ops's open record expires within warn_before (2 days), on day 14; billing's
+        // on day 30.
         let s = crate::retention::status(&store, &cfg, 13 * day)
             .await
             .unwrap();
@@ -736,15 +753,27 @@ mod tests {
             ),
             (1, 14 * day)
         );
+        let gone = |id: i64| store.readers.get(id).is_err();
+        // Day 9: ops's closed record (7 days) goes, billing's (20 days) stays.
+        let swept = crate::retention::sweep_once(&store, &cfg, 9 * day)
+            .await
+            .unwrap();
+        assert_eq!((swept.closed_age, swept.age), (1, 0));
+        assert!(gone(ops_closed) && !gone(billing_closed));
         let swept = crate::retention::sweep_once(&store, &cfg, 15 * day)
             .await
             .unwrap();
-        assert_eq!(swept.age, 1);
-        assert!(store.readers.get(a).is_err() && store.readers.get(b).is_ok());
+        assert_eq!((swept.closed_age, swept.age), (0, 1));
+        assert!(gone(a) && !gone(b) && !gone(billing_closed));
+        let swept = crate::retention::sweep_once(&store, &cfg, 22 * day)
+            .await
+            .unwrap();
+        assert_eq!((swept.closed_age, swept.age), (1, 0));
         let swept = crate::retention::sweep_once(&store, &cfg, 31 * day)
             .await
             .unwrap();
         assert_eq!(swept.age, 1);
+        assert!(gone(b));
 
         // The total cap: 3,000 records of ~2 KB, then a cap of half of what the file uses.
         for n in 0..3_000 {
