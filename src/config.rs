@@ -48,6 +48,19 @@ pub struct Config {
     pub replay: ReplayConfig,
     pub auth: AuthConfig,
     pub retention: RetentionConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// `GET /metrics` and `GET /v1/stats`.
+#[derive(Debug, Clone)]
+pub struct MetricsConfig {
+    /// With API tokens configured, /metrics asks for one too (any role); otherwise it is open
+    /// like /healthz (it never shows payloads, only counts, partitions and target names).
+    pub require_token: bool,
+    /// Partitions beyond this many share the label `partition="other"`.
+    pub max_partitions: usize,
+    /// Partitions whose open records are money at risk (business-loss risk in stats).
+    pub money_partitions: Vec<String>,
 }
 
 /// How long records and tombstones are kept.
@@ -362,6 +375,25 @@ struct RawConfig {
     replay: RawReplay,
     auth: RawAuth,
     retention: RawRetention,
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawMetrics {
+    require_token: bool,
+    max_partitions: u64,
+    money_partitions: Vec<String>,
+}
+
+impl Default for RawMetrics {
+    fn default() -> Self {
+        RawMetrics {
+            require_token: false,
+            max_partitions: 50,
+            money_partitions: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -891,6 +923,27 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
     let triage = validate_triage(raw.triage, raw.policy, problems);
     let auth = validate_auth(raw.auth, problems);
     let retention = validate_retention(raw.retention, problems);
+    let metrics = {
+        let max = in_range(
+            &mut |p| problems.push(p),
+            "metrics.max_partitions",
+            raw.metrics.max_partitions,
+            1,
+            10_000,
+        );
+        let mut ok = true;
+        for (i, p) in raw.metrics.money_partitions.iter().enumerate() {
+            if let Err(e) = crate::model::Partition::parse(p) {
+                problems.push(format!("metrics.money_partitions[{i}]: {e}"));
+                ok = false;
+            }
+        }
+        ok.then_some(MetricsConfig {
+            require_token: raw.metrics.require_token,
+            max_partitions: max as usize,
+            money_partitions: raw.metrics.money_partitions,
+        })
+    };
     // Logs are kept as long as records unless told otherwise.
     let log_max_age = if raw.logging.max_age.trim().is_empty() {
         retention.as_ref().map(|r| r.max_age)
@@ -966,6 +1019,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         targets,
         auth: auth?,
         retention: retention?,
+        metrics: metrics?,
         replay: ReplayConfig {
             batch_size: replay_batch as usize,
             stop_failure_ratio: raw.replay.stop_failure_ratio,

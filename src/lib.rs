@@ -39,6 +39,7 @@ pub mod config;
 pub mod http;
 pub mod ingest;
 pub mod logging;
+pub mod metrics;
 pub mod model;
 pub mod redact;
 pub mod replay;

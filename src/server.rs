@@ -65,6 +65,7 @@ pub async fn serve(
     let scheduler_task = scheduler
         .clone()
         .map(|s| tokio::spawn(s.run(stop_rx.clone())));
+    crate::metrics::METRICS.set_max_partitions(config.metrics.max_partitions);
     let sweeper = tokio::spawn(crate::retention::run(
         store.clone(),
         config.retention.clone(),

@@ -82,6 +82,8 @@ fn needed(method: &Method, route: &str) -> Role {
             "/v1/n8n/error-trigger" | "/v1/dead-letters" | "/v1/dead-letters/batch",
         ) => Role::Ingest,
         (&Method::POST, "/v1/replays/{id}/{action}") => Role::Operator, // approve: checked by `Caller::require`
+        // A scraper's token: any role will do (counts only, never payloads).
+        (&Method::GET, "/metrics") => Role::Ingest,
         _ => Role::Operator,
     }
 }
@@ -103,7 +105,9 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_owned())
         .unwrap_or_default();
-    if tokens.is_empty() || !route.starts_with("/v1/") {
+    let protected =
+        route.starts_with("/v1/") || (route == "/metrics" && state.config.metrics.require_token);
+    if tokens.is_empty() || !protected {
         return next.run(req).await;
     }
     let presented = req

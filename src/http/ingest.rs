@@ -82,6 +82,7 @@ async fn ingest_one(
     };
     let summary = Created::of(&rec);
     let outcome = state.store.writer.ingest(rec).await?;
+    summary.count(&outcome);
     tracing::info!(
         id = outcome.id.get(),
         source = source.as_str(),
@@ -96,6 +97,7 @@ async fn ingest_one(
 struct Created {
     class: FailureClass,
     fingerprint: Fingerprint,
+    partition: String,
 }
 
 impl Created {
@@ -103,7 +105,13 @@ impl Created {
         Created {
             class: rec.failure_class,
             fingerprint: rec.fingerprint,
+            partition: rec.partition.to_string(),
         }
+    }
+
+    /// Count the outcome into the metrics.
+    fn count(&self, o: &IngestOutcome) {
+        crate::metrics::METRICS.ingested(&self.partition, self.class.as_str(), o.created);
     }
 }
 
@@ -189,6 +197,7 @@ pub async fn batch(
         });
         results.push(match outcome {
             Ok((summary, o)) => {
+                summary.count(&o);
                 let mut v = outcome_json(&o, &summary);
                 v["index"] = json!(index);
                 v["result"] = if o.created {

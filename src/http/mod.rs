@@ -5,6 +5,7 @@
 mod auth;
 mod error;
 mod ingest;
+mod metrics;
 pub mod openapi;
 mod read;
 mod replays;
@@ -72,10 +73,13 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(read::healthz))
         .route("/readyz", get(read::readyz))
         .route("/openapi.json", get(openapi::document))
+        .route("/metrics", get(metrics::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,
         ))
+        // Outermost of the route layers: refused requests are counted too.
+        .route_layer(axum::middleware::from_fn(metrics::track))
         .with_state(state);
     with_layers(api, body_limit)
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(request_timeout))

@@ -240,6 +240,7 @@ impl Modify for BearerAuth {
         super::retention::erase,
         super::retention::tombstones,
         super::retention::status,
+        super::metrics::metrics,
         super::read::healthz,
         super::read::readyz,
     ),

@@ -98,6 +98,10 @@ impl Status {
     /// instead of counting as another occurrence of the closed one.
     pub const CLOSED: &'static [Status] = &[Status::Replayed, Status::Resolved, Status::Skipped];
 
+    pub fn is_closed(self) -> bool {
+        Self::CLOSED.contains(&self)
+    }
+
     pub fn is_open(self) -> bool {
         !Self::CLOSED.contains(&self)
     }

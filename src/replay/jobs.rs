@@ -340,7 +340,7 @@ impl Scheduler {
                 supersedes: job.new_keys.then_some(original.as_str()),
             })
             .await;
-        self.leave(&target.name, Some(sent.verdict != Verdict::Transient));
+        self.sent(&target.name, &sent);
         let why = sent.error.clone().unwrap_or_default();
         let next = if sent.verdict == Verdict::Success {
             Next::Delivered

@@ -264,6 +264,16 @@ impl Scheduler {
         true
     }
 
+    /// A send went out: leave the gate with its health and count its outcome.
+    pub(super) fn sent(&self, target: &str, sent: &Sent) {
+        // A 4xx means the target is up: only transient failures count against its health.
+        self.leave(target, Some(sent.verdict != Verdict::Transient));
+        crate::metrics::METRICS.replayed(
+            target,
+            (sent.verdict != Verdict::Success).then(|| sent.verdict.as_str()),
+        );
+    }
+
     /// Leave the gate: with the send's health, or `None` when nothing was sent.
     pub(super) fn leave(&self, target: &str, ok: Option<bool>) {
         let now = Instant::now();
@@ -320,8 +330,7 @@ impl Scheduler {
                 downstream_execution_id: None,
             },
         };
-        // A 4xx means the target is up: only transient failures count against its health.
-        self.leave(&target.name, Some(sent.verdict != Verdict::Transient));
+        self.sent(&target.name, &sent);
         let next = self.next(&rec, attempt, &sent);
         tracing::info!(
             id = rec.id,

@@ -111,6 +111,14 @@ pub struct GroupItem {
     pub error: Option<String>,
 }
 
+thread_local! {
+    /// How long each record closed by the writer's current transaction had been open (ms).
+    /// The writer counts them into the metrics only once the transaction commits, and drops
+    /// them when it rolls back.
+    pub(super) static CLOSED_AFTER_MS: std::cell::RefCell<Vec<i64>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Who did something to which record, when: every audit event of one request shares it.
 struct Audit<'a> {
     id: i64,
@@ -140,6 +148,12 @@ impl Audit<'_> {
             to.map(Status::as_str),
             detail.map(|d| d.to_string())
         ])?;
+        if to.is_some_and(Status::is_closed) && !from.is_some_and(Status::is_closed) {
+            let first_seen: i64 = conn
+                .prepare_cached("SELECT first_seen_at FROM dead_letters WHERE id = ?1")?
+                .query_row([self.id], |r| r.get(0))?;
+            CLOSED_AFTER_MS.with(|c| c.borrow_mut().push(self.at - first_seen));
+        }
         Ok(())
     }
 }

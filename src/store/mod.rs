@@ -16,6 +16,7 @@ pub mod jobs;
 mod query;
 pub mod retention;
 pub mod schema;
+pub mod stats;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -249,6 +250,10 @@ impl ReadPool {
         version: Option<i64>,
     ) -> Result<Option<DocumentView>, StoreError> {
         self.with(|c| query::document(c, id, "item", version))
+    }
+
+    pub fn gauges(&self) -> Result<stats::Gauges, StoreError> {
+        self.with(stats::gauges)
     }
 
     pub fn tombstones(&self, limit: usize) -> Result<Vec<retention::TombstoneView>, StoreError> {

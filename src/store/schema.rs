@@ -272,8 +272,17 @@ CREATE INDEX dead_letters_partition_age ON dead_letters(partition, first_seen_at
 CREATE INDEX dead_letters_closed ON dead_letters(updated_at) WHERE status IN ('replayed','resolved','skipped');
 ";
 
+/// Observability: what `GET /metrics` reads per scrape without scanning records — the oldest
+/// open record of each partition (the partial index's first entry) and the records with more
+/// than 3 attempts (a partial index that only holds them).
+const V7: &str = "
+CREATE INDEX dead_letters_open_age ON dead_letters(partition, first_seen_at)
+    WHERE status NOT IN ('replayed','resolved','skipped');
+CREATE INDEX dead_letters_many_attempts ON dead_letters(attempts) WHERE attempts > 3;
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
@@ -316,6 +325,7 @@ mod tests {
         assert_eq!(CLOSED_SQL, format!("({})", names.join(",")));
         assert!(V1.contains(&format!("WHERE status NOT IN {CLOSED_SQL}")));
         assert!(V6.contains(&format!("WHERE status IN {CLOSED_SQL}")));
+        assert!(V7.contains(&format!("WHERE status NOT IN {CLOSED_SQL}")));
     }
 
     #[test]

@@ -404,6 +404,12 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, max_batch: usize, poison: Poison
         let started = Instant::now();
         let results = commit_batch(&mut conn, &batch, poison);
         last_commit = started.elapsed();
+        crate::metrics::METRICS
+            .writer_batch
+            .observe(batch.len() as f64);
+        crate::metrics::METRICS
+            .writer_commit
+            .observe(last_commit.as_secs_f64());
         // Sweeps give their space back in bounded steps of their own (`Writer::vacuum`).
         let removed = results
             .iter()
@@ -519,18 +525,26 @@ fn run_batch(
     isolate: bool,
     poison: PoisonRule,
 ) -> Result<Vec<Result<Done, StoreError>>, BatchFailed> {
+    let closed =
+        |f: &dyn Fn(&mut Vec<i64>)| apply::CLOSED_AFTER_MS.with(|c| f(&mut c.borrow_mut()));
+    closed(&|c| c.clear());
     let mut tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| BatchFailed::Whole(e.into()))?;
     let mut results = Vec::with_capacity(batch.len());
     for req in batch {
         if isolate {
+            let before = apply::CLOSED_AFTER_MS.with(|c| c.borrow().len());
             let res = (|| -> Result<Done, StoreError> {
                 let sp = tx.savepoint()?;
                 let out = apply_op(&sp, &req.op, poison)?;
                 sp.commit()?;
                 Ok(out)
             })();
+            if res.is_err() {
+                // Rolled back to the savepoint: what it closed did not happen.
+                closed(&|c| c.truncate(before));
+            }
             results.push(res);
         } else {
             match apply_op(&tx, &req.op, poison) {
@@ -543,6 +557,13 @@ fn run_batch(
         }
     }
     tx.commit().map_err(|e| BatchFailed::Whole(e.into()))?;
+    closed(&|c| {
+        for ms in c.drain(..) {
+            crate::metrics::METRICS
+                .age
+                .observe(ms.max(0) as f64 / 1000.0);
+        }
+    });
     Ok(results)
 }
 

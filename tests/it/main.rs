@@ -9,6 +9,7 @@ mod delivery;
 mod durability;
 mod fuzz_corpus;
 mod ingest;
+mod metrics;
 mod openapi;
 mod read;
 mod redaction;
