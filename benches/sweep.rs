@@ -15,7 +15,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,67 +22,8 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use common::{env_usize, read_response, real_server, request};
+use common::{env_usize, fill, read_response, real_server, request, DAY_MS};
 use deadletter::config::Config;
-
-const DAY_MS: i64 = 86_400_000;
-
-/// Fill `dir` with `rows` old records through the store's writer, from many tasks at once
-/// (so they group-commit as they would under load).
-fn fill(dir: &Path, rows: usize) -> Duration {
-    let started = Instant::now();
-    let mut config = Config::default_config().unwrap();
-    config.set_data_dir(dir.to_owned());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let store = deadletter::server::open_store(&config).unwrap();
-        let ingestor = Arc::new(deadletter::ingest::Ingestor::new(&config));
-        let old = chrono::Utc::now().timestamp_millis() - 30 * DAY_MS;
-        let workers = 64;
-        let mut tasks = Vec::new();
-        for w in 0..workers {
-            let (writer, ingestor) = (store.writer.clone(), ingestor.clone());
-            tasks.push(tokio::spawn(async move {
-                let ctx = deadletter::ingest::RequestContext {
-                    actor: "bench".into(),
-                    ..Default::default()
-                };
-                let mut n = w;
-                while n < rows {
-                    let body = serde_json::json!({
-                        "partition": format!("team-{}", n % 20),
-                        "idempotency_key": format!("fill-{n}"),
-                        "workflow_id": format!("wf-{}", n % 50),
-                        "error": {"message": "upstream answered 503", "status": 503},
-                        "payload": {"order": n, "customer": {"id": n * 7, "email": format!("c{n}@example.com")},
-                                    "lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-22", "qty": 1}],
-                                    "note": "x".repeat(400)},
-                    })
-                    .to_string();
-                    let rec = ingestor
-                        .prepare(
-                            deadletter::model::Source::Envelope,
-                            body.as_bytes(),
-                            &ctx,
-                            old + n as i64,
-                        )
-                        .unwrap();
-                    writer.ingest(rec).await.unwrap();
-                    n += workers;
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        store.writer.stop();
-    });
-    started.elapsed()
-}
 
 struct Phase {
     sent: usize,
@@ -193,7 +133,7 @@ fn main() {
     let dir = tmp.path().to_owned();
     println!("deadletter sweep bench: {rows} expired records, ingest at {rate}/s");
 
-    let took = fill(&dir, rows);
+    let took = fill(&dir, rows, 30 * DAY_MS);
     let size = std::fs::metadata(dir.join("deadletter.db"))
         .map(|m| m.len())
         .unwrap_or(0);

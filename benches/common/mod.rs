@@ -8,7 +8,12 @@ use std::path::Path;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use deadletter::config::Config;
+
+pub const DAY_MS: i64 = 86_400_000;
 
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -129,3 +134,62 @@ pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
+
+/// Fill `dir` with `rows` records first seen `age_ms` ago, through the store's writer, from
+/// many tasks at once (so they group-commit as they would under load): ~600-byte payloads,
+/// 20 partitions, 50 workflows.
+pub fn fill(dir: &Path, rows: usize, age_ms: i64) -> Duration {
+    let started = Instant::now();
+    let mut config = Config::default_config().unwrap();
+    config.set_data_dir(dir.to_owned());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = deadletter::server::open_store(&config).unwrap();
+        let ingestor = Arc::new(deadletter::ingest::Ingestor::new(&config));
+        let old = chrono::Utc::now().timestamp_millis() - age_ms;
+        let workers = 64;
+        let mut tasks = Vec::new();
+        for w in 0..workers {
+            let (writer, ingestor) = (store.writer.clone(), ingestor.clone());
+            tasks.push(tokio::spawn(async move {
+                let ctx = deadletter::ingest::RequestContext {
+                    actor: "bench".into(),
+                    ..Default::default()
+                };
+                let mut n = w;
+                while n < rows {
+                    let body = serde_json::json!({
+                        "partition": format!("team-{}", n % 20),
+                        "idempotency_key": format!("fill-{n}"),
+                        "workflow_id": format!("wf-{}", n % 50),
+                        "error": {"message": "upstream answered 503", "status": 503},
+                        "payload": {"order": n, "customer": {"id": n * 7, "email": format!("c{n}@example.com")},
+                                    "lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-22", "qty": 1}],
+                                    "note": "x".repeat(400)},
+                    })
+                    .to_string();
+                    let rec = ingestor
+                        .prepare(
+                            deadletter::model::Source::Envelope,
+                            body.as_bytes(),
+                            &ctx,
+                            old + n as i64,
+                        )
+                        .unwrap();
+                    writer.ingest(rec).await.unwrap();
+                    n += workers;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        store.writer.stop();
+    });
+    started.elapsed()
+}
+
