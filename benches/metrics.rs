@@ -47,7 +47,10 @@ fn main() {
     println!("| database | p50 ms | p99 ms | exposition bytes |");
     println!("| --- | ---: | ---: | ---: |");
     println!("| empty | {:.2} | {:.2} | {} |", empty.0, empty.1, empty.2);
-    println!("| {rows} records | {:.2} | {:.2} | {} |", full.0, full.1, full.2);
+    println!(
+        "| {rows} records | {:.2} | {:.2} | {} |",
+        full.0, full.1, full.2
+    );
     println!();
     println!(
         "scrape p50 at {rows} records: {:.2} ms (target <= 10 ms); {:.2}x the empty database's",

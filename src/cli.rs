@@ -87,6 +87,12 @@ pub enum Command {
         /// The export to read (`-`: standard input).
         path: PathBuf,
     },
+    /// The queue at a glance: counts, what is new and old, top failures, time to resolution,
+    /// the 48 h SLO, ingress per hour (no server needed).
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
     /// Bytes per partition against the caps, records about to expire, removals by reason
     /// (no server needed).
     Retention {

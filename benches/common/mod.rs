@@ -192,4 +192,3 @@ pub fn fill(dir: &Path, rows: usize, age_ms: i64) -> Duration {
     });
     started.elapsed()
 }
-

@@ -18,6 +18,7 @@ pub mod retention;
 pub mod serve;
 pub mod show;
 pub mod skip;
+pub mod stats;
 
 use std::path::PathBuf;
 
@@ -97,7 +98,7 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 }
 
 /// "45s", "3m", "2h", "5d".
-fn span(seconds: i64) -> String {
+pub fn span(seconds: i64) -> String {
     let s = seconds.max(0);
     match s {
         0..=59 => format!("{s}s"),

@@ -1,5 +1,6 @@
-//! `GET /metrics` (Prometheus, OpenMetrics text) and the layer that counts every request by
-//! its matched route (never the raw path: ids would make a label per record).
+//! `GET /metrics` (Prometheus, OpenMetrics text), `GET /v1/stats` (the operator's figures),
+//! and the layer that counts every request by its matched route (never the raw path: ids
+//! would make a label per record).
 
 use std::time::Instant;
 
@@ -86,4 +87,16 @@ pub async fn track(req: Request, next: Next) -> Response {
         .get_or_create(&vec![("method", method), ("route", route)])
         .observe(secs);
     res
+}
+
+/// Counts by status, what is new and what is old, top failures and workflows, time to
+/// resolution, the 48 h SLO, business-loss risk and ingress per hour for the last day.
+#[utoipa::path(get, path = "/v1/stats", tag = "read",
+    responses((status = 200, body = crate::store::stats::Stats), (status = 401, body = super::openapi::ErrorBody),
+        (status = 403, body = super::openapi::ErrorBody)))]
+pub async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let now = chrono::Utc::now().timestamp_millis();
+    let money = state.config.metrics.money_partitions.clone();
+    let s = read(&state.store.readers, move |p| p.stats(now, &money)).await?;
+    Ok(axum::Json(s).into_response())
 }

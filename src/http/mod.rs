@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/tombstones", get(retention::tombstones))
         .route("/v1/retention", get(retention::status))
+        .route("/v1/stats", get(metrics::stats))
         .route("/v1/dead-letters/batch", post(ingest::batch))
         .route(
             "/v1/dead-letters/{id}",

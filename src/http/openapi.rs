@@ -241,6 +241,7 @@ impl Modify for BearerAuth {
         super::retention::tombstones,
         super::retention::status,
         super::metrics::metrics,
+        super::metrics::stats,
         super::read::healthz,
         super::read::readyz,
     ),
@@ -250,7 +251,9 @@ impl Modify for BearerAuth {
         GroupSummary, GroupActionBody, GroupActionAnswer, GroupItem, ReplayRequest, Job, JobView,
         JobItemView, JobCounts, JobStatus, DryRun, Targets, Health, Status, FailureClass,
         super::retention::Erased, super::retention::Tombstones, crate::store::retention::TombstoneView,
-        crate::store::retention::RetentionStatus, crate::store::retention::PartitionRetention
+        crate::store::retention::RetentionStatus, crate::store::retention::PartitionRetention,
+        crate::store::stats::Stats, crate::store::stats::PartitionStats, crate::store::stats::TopFingerprint,
+        crate::store::stats::TopWorkflow, crate::store::stats::Resolution, crate::store::stats::Slo
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))

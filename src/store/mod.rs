@@ -256,6 +256,10 @@ impl ReadPool {
         self.with(stats::gauges)
     }
 
+    pub fn stats(&self, now_ms: i64, money: &[String]) -> Result<stats::Stats, StoreError> {
+        self.with(|c| stats::stats(c, now_ms, money))
+    }
+
     pub fn tombstones(&self, limit: usize) -> Result<Vec<retention::TombstoneView>, StoreError> {
         self.with(|c| retention::tombstones(c, limit))
     }
@@ -858,5 +862,73 @@ mod tests {
         let next = put(&store, &ing, "p", 2, 3, 10).await;
         assert_eq!(next, newest + 1, "the erased record's id came back");
         totals_match(&store);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stats_match_a_known_data_set() {
+        use crate::model::Status;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, ing) = store(dir.path());
+        let (h, d) = (3_600_000i64, 86_400_000i64);
+        let now = 10 * d;
+        let close = |id: i64, to: Status, at: i64| {
+            let w = store.writer.clone();
+            async move {
+                w.change(Change {
+                    id,
+                    actor: "ana".into(),
+                    at_ms: at,
+                    status: Some((to, Some("done".into()))),
+                    ..Change::default()
+                })
+                .await
+                .unwrap();
+            }
+        };
+        let r1 = put(&store, &ing, "billing", now - 3 * d, 1, 10).await;
+        close(r1, Status::Resolved, now - 3 * d + h).await;
+        let r2 = put(&store, &ing, "billing", now - 5 * d, 2, 10).await;
+        close(r2, Status::Skipped, now - 2 * d).await;
+        put(&store, &ing, "ops", now - h / 2, 3, 10).await;
+        put(&store, &ing, "ops", now - 2 * h, 4, 10).await;
+        put(&store, &ing, "ops", now - 30 * h, 5, 10).await;
+        put(&store, &ing, "billing", now - 6 * d, 6, 10).await;
+
+        let s = store.readers.stats(now, &["billing".into()]).unwrap();
+        assert_eq!((s.total, s.open), (6, 4));
+        assert_eq!((s.new_last_hour, s.new_last_day), (1, 2));
+        let mut hourly = vec![0; 24];
+        hourly[22] = 1; // two hours ago
+        hourly[23] = 1; // half an hour ago
+        assert_eq!(s.ingress_per_hour, hourly);
+        assert_eq!((s.open_older_than_hour, s.open_older_than_day), (3, 2));
+        // Unknown-class records are due 24 h after they are first seen.
+        assert_eq!(s.open_past_sla, 2);
+        assert_eq!(s.closed_shares["resolved"], 0.5);
+        assert_eq!(s.closed_shares["skipped"], 0.5);
+        assert_eq!(s.closed_shares["replayed"], 0.0);
+        let r = s.time_to_resolution.unwrap();
+        assert_eq!(r.records, 2);
+        assert_eq!(r.mean_seconds, ((h + 3 * d) / 2) as f64 / 1000.0);
+        assert_eq!(r.p90_seconds, (3 * d) as f64 / 1000.0);
+        let slo = s.slo_48h.unwrap();
+        assert_eq!(
+            (slo.eligible, slo.met),
+            (3, 1),
+            "only r1 closed within 48 h"
+        );
+        assert_eq!(s.business_loss_risk, 1);
+        let billing = s
+            .partitions
+            .iter()
+            .find(|p| p.partition == "billing")
+            .unwrap();
+        assert_eq!(
+            (billing.open, billing.closed, billing.money_impacting),
+            (1, 2, true)
+        );
+        assert_eq!(s.top_workflows.len(), 1);
+        assert_eq!(s.top_workflows[0].open, 4);
+        assert_eq!(s.top_fingerprints.iter().map(|f| f.open).sum::<i64>(), 4);
     }
 }

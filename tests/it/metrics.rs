@@ -263,3 +263,46 @@ fn metrics_are_open_unless_the_config_asks_for_a_token() {
         .unwrap()
         .starts_with("application/openmetrics-text"));
 }
+
+#[test]
+fn stats_over_http_and_as_a_cli_dashboard() {
+    let s = Server::start_with("[metrics]\nmoney_partitions = [\"billing\"]\n");
+    for (n, p) in [(1, "billing"), (2, "billing"), (3, "ops")] {
+        let r = s.post(
+            "/v1/dead-letters",
+            json!({"partition": p, "payload": {"n": n}, "workflow": {"id": "wf-9", "name": "Invoices"},
+                   "error": {"message": "upstream answered 503", "status": 503}})
+            .to_string(),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let api = s.get("/v1/stats").json;
+    assert_eq!(
+        (api["total"].as_i64(), api["open"].as_i64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(api["new_last_hour"], 3);
+    assert_eq!(api["business_loss_risk"], 2);
+    assert_eq!(
+        api["ingress_per_hour"][23], 3,
+        "{}",
+        api["ingress_per_hour"]
+    );
+    assert_eq!(api["top_workflows"][0]["workflow_name"], "Invoices");
+    let o = s.cli(&["stats", "--json"]);
+    let cli: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(cli["by_status"], api["by_status"]);
+    let config = s.dir.join("deadletter.toml");
+    let o = s.cli(&["--config", config.to_str().unwrap(), "stats"]);
+    let text = crate::harness::stdout(&o);
+    assert!(o.status.success(), "{}", crate::harness::stderr(&o));
+    for want in [
+        "records               3 (3 open)",
+        "ingress / hour (24h)  |",
+        "█| max 3",
+        "business-loss risk    2 open in money-impacting partitions",
+        "Invoices: upstream answered 503",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+}
