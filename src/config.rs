@@ -49,6 +49,61 @@ pub struct Config {
     pub auth: AuthConfig,
     pub retention: RetentionConfig,
     pub metrics: MetricsConfig,
+    pub alerts: AlertsConfig,
+}
+
+/// Alert rules, evaluated every `evaluate_every`, posted to one webhook.
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    /// None: alerts are off (the rules are still checked).
+    pub webhook: Option<AlertWebhook>,
+    pub evaluate_every: Duration,
+    pub rules: Vec<AlertRule>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AlertWebhook {
+    pub url: String,
+    pub format: AlertFormat,
+    pub timeout: Duration,
+    pub secret_headers: Vec<(String, SecretSource)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertFormat {
+    /// deadletter's own JSON (an n8n webhook takes it as is).
+    Generic,
+    /// `{"text": …}`: Slack's incoming webhooks and most chat tools.
+    Slack,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRule {
+    pub name: String,
+    pub kind: AlertKind,
+    /// At most one message per this long while the rule keeps firing.
+    pub throttle: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlertKind {
+    /// Open records in a partition (any, if None) over `over`.
+    Depth {
+        partition: Option<String>,
+        over: u64,
+    },
+    /// Open records past their due time (their class's SLA).
+    OverSla,
+    /// New records of a class flagged as a credential incident (auth failures).
+    CredentialIncident,
+    /// Replay/retry sends accepted under `floor` over `window` (with at least `min_sends`).
+    ReplaySuccess {
+        floor: f64,
+        window: Duration,
+        min_sends: u64,
+    },
+    /// More than `over` records ingested within `window` (a retry storm upstream).
+    RetryStorm { over: u64, window: Duration },
 }
 
 /// `GET /metrics` and `GET /v1/stats`.
@@ -376,6 +431,48 @@ struct RawConfig {
     auth: RawAuth,
     retention: RawRetention,
     metrics: RawMetrics,
+    alerts: RawAlerts,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawAlerts {
+    webhook_url: String,
+    format: String,
+    timeout: String,
+    evaluate_every: String,
+    throttle: String,
+    include_defaults: bool,
+    secret_headers: std::collections::BTreeMap<String, RawSecret>,
+    rules: Vec<RawAlertRule>,
+}
+
+impl Default for RawAlerts {
+    fn default() -> Self {
+        RawAlerts {
+            webhook_url: String::new(),
+            format: "generic".into(),
+            timeout: "5s".into(),
+            evaluate_every: "1m".into(),
+            throttle: "1h".into(),
+            include_defaults: true,
+            secret_headers: Default::default(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RawAlertRule {
+    name: String,
+    kind: String,
+    partition: Option<String>,
+    over: Option<u64>,
+    floor: Option<f64>,
+    window: Option<String>,
+    min_sends: Option<u64>,
+    throttle: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -923,6 +1020,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
     let triage = validate_triage(raw.triage, raw.policy, problems);
     let auth = validate_auth(raw.auth, problems);
     let retention = validate_retention(raw.retention, problems);
+    let alerts = validate_alerts(raw.alerts, problems);
     let metrics = {
         let max = in_range(
             &mut |p| problems.push(p),
@@ -1020,6 +1118,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         auth: auth?,
         retention: retention?,
         metrics: metrics?,
+        alerts: alerts?,
         replay: ReplayConfig {
             batch_size: replay_batch as usize,
             stop_failure_ratio: raw.replay.stop_failure_ratio,
@@ -1125,6 +1224,162 @@ fn validate_retention(raw: RawRetention, problems: &mut Vec<String>) -> Option<R
     })
 }
 
+/// A secret header's source: exactly one of env or file.
+fn secret_source(problems: &mut Vec<String>, path: &str, v: &RawSecret) -> Option<SecretSource> {
+    match (&v.env, &v.file) {
+        (Some(e), None) => Some(SecretSource::Env(e.clone())),
+        (None, Some(f)) => Some(SecretSource::File(PathBuf::from(f))),
+        _ => {
+            problems.push(format!("{path}: give exactly one of env or file"));
+            None
+        }
+    }
+}
+
+fn validate_alerts(raw: RawAlerts, problems: &mut Vec<String>) -> Option<AlertsConfig> {
+    let n = problems.len();
+    let evaluate_every = duration(problems, "alerts.evaluate_every", &raw.evaluate_every);
+    let throttle = duration(problems, "alerts.throttle", &raw.throttle);
+    let timeout = duration(problems, "alerts.timeout", &raw.timeout);
+    let format = match raw.format.as_str() {
+        "generic" => AlertFormat::Generic,
+        "slack" => AlertFormat::Slack,
+        other => {
+            problems.push(format!(
+                "alerts.format: `{other}` is not one of generic, slack"
+            ));
+            AlertFormat::Generic
+        }
+    };
+    let url = raw.webhook_url.trim().to_owned();
+    if !url.is_empty()
+        && reqwest::Url::parse(&url)
+            .map(|u| !u.scheme().starts_with("http"))
+            .unwrap_or(true)
+    {
+        problems.push(format!("alerts.webhook_url: `{url}` is not an http(s) URL"));
+    }
+    let mut secret_headers = Vec::new();
+    for (k, v) in &raw.secret_headers {
+        if axum::http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+            problems.push(format!(
+                "alerts.secret_headers.{k}: not a valid header name"
+            ));
+        }
+        if let Some(src) = secret_source(problems, &format!("alerts.secret_headers.{k}"), v) {
+            secret_headers.push((k.clone(), src));
+        }
+    }
+    let mut raw_rules = Vec::new();
+    if raw.include_defaults {
+        raw_rules.extend(
+            default_alert_rules()
+                .into_iter()
+                .map(|r| (format!("alerts (built-in rule {})", r.name), r)),
+        );
+    }
+    raw_rules.extend(
+        raw.rules
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| (format!("alerts.rules[{i}]"), r)),
+    );
+    let mut rules: Vec<AlertRule> = Vec::new();
+    for (path, r) in raw_rules {
+        if r.name.trim().is_empty() {
+            problems.push(format!("{path}.name: required"));
+        }
+        if let Some(prev) = rules.iter().position(|x| x.name == r.name) {
+            // A rule of yours with a default's name replaces the default.
+            rules.remove(prev);
+        }
+        let window = |problems: &mut Vec<String>, default: &str| {
+            duration(
+                problems,
+                &format!("{path}.window"),
+                r.window.as_deref().unwrap_or(default),
+            )
+        };
+        let kind = match r.kind.as_str() {
+            "depth" => {
+                if let Some(p) = &r.partition {
+                    if let Err(e) = crate::model::Partition::parse(p) {
+                        problems.push(format!("{path}.partition: {e}"));
+                    }
+                }
+                AlertKind::Depth {
+                    partition: r.partition.clone(),
+                    over: r.over.unwrap_or(1000),
+                }
+            }
+            "over_sla" => AlertKind::OverSla,
+            "credential_incident" => AlertKind::CredentialIncident,
+            "replay_success" => {
+                let floor = r.floor.unwrap_or(0.9);
+                if !(0.0..=1.0).contains(&floor) {
+                    problems.push(format!("{path}.floor: {floor} is not from 0 to 1"));
+                }
+                AlertKind::ReplaySuccess {
+                    floor,
+                    window: window(problems, "1h").unwrap_or_default(),
+                    min_sends: r.min_sends.unwrap_or(10),
+                }
+            }
+            "retry_storm" => AlertKind::RetryStorm {
+                over: r.over.unwrap_or(1000),
+                window: window(problems, "5m").unwrap_or_default(),
+            },
+            other => {
+                problems.push(format!(
+                    "{path}.kind: `{other}` is not one of depth, over_sla, credential_incident, replay_success, retry_storm"
+                ));
+                continue;
+            }
+        };
+        let rule_throttle = match &r.throttle {
+            Some(t) => duration(problems, &format!("{path}.throttle"), t),
+            None => throttle,
+        };
+        rules.push(AlertRule {
+            name: r.name,
+            kind,
+            throttle: rule_throttle.unwrap_or_default(),
+        });
+    }
+    if problems.len() > n {
+        return None;
+    }
+    Some(AlertsConfig {
+        webhook: (!url.is_empty()).then(|| AlertWebhook {
+            url,
+            format,
+            timeout: timeout.unwrap_or_default(),
+            secret_headers,
+        }),
+        evaluate_every: evaluate_every?,
+        rules,
+    })
+}
+
+/// The built-in rules (`alerts.include_defaults`).
+fn default_alert_rules() -> Vec<RawAlertRule> {
+    let rule = |name: &str, kind: &str| RawAlertRule {
+        name: name.into(),
+        kind: kind.into(),
+        ..RawAlertRule::default()
+    };
+    vec![
+        rule("credential-incident", "credential_incident"),
+        rule("over-sla", "over_sla"),
+        RawAlertRule {
+            over: Some(1000),
+            ..rule("backlog", "depth")
+        },
+        rule("replay-success", "replay_success"),
+        rule("retry-storm", "retry_storm"),
+    ]
+}
+
 fn validate_auth(raw: RawAuth, problems: &mut Vec<String>) -> Option<AuthConfig> {
     let mut tokens: Vec<TokenConfig> = Vec::new();
     for (i, t) in raw.tokens.into_iter().enumerate() {
@@ -1205,16 +1460,8 @@ fn settings(
         s.headers.push((k.clone(), v.clone()));
     }
     for (k, v) in &raw.secret_headers {
-        match (&v.env, &v.file) {
-            (Some(e), None) => s
-                .secret_headers
-                .push((k.clone(), SecretSource::Env(e.clone()))),
-            (None, Some(f)) => s
-                .secret_headers
-                .push((k.clone(), SecretSource::File(PathBuf::from(f)))),
-            _ => problems.push(format!(
-                "{path}.secret_headers.{k}: give exactly one of env or file"
-            )),
+        if let Some(src) = secret_source(problems, &format!("{path}.secret_headers.{k}"), v) {
+            s.secret_headers.push((k.clone(), src));
         }
     }
     if let Some(r) = raw.rate_initial {
@@ -1586,6 +1833,71 @@ mod tests {
             err.contains("classify.rules") && err.contains("bogus: unknown key"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn alert_rules_default_override_and_name_their_mistakes() {
+        let c = Config::default_config().unwrap();
+        assert!(c.alerts.webhook.is_none(), "off until a webhook is set");
+        let names: Vec<&str> = c.alerts.rules.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "credential-incident",
+                "over-sla",
+                "backlog",
+                "replay-success",
+                "retry-storm"
+            ]
+        );
+        let c = Config::parse(
+            "[alerts]\nwebhook_url = 'http://127.0.0.1:5678/webhook/x'\nformat = 'slack'\n\
+             [[alerts.rules]]\nname = 'backlog'\nkind = 'depth'\npartition = 'orders'\nover = 5\nthrottle = '10m'\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            c.alerts.webhook.as_ref().unwrap().format,
+            AlertFormat::Slack
+        );
+        let backlog: Vec<&AlertRule> = c
+            .alerts
+            .rules
+            .iter()
+            .filter(|r| r.name == "backlog")
+            .collect();
+        assert_eq!(
+            backlog.len(),
+            1,
+            "yours replaces the default of the same name"
+        );
+        assert_eq!(
+            (backlog[0].kind.clone(), backlog[0].throttle),
+            (
+                AlertKind::Depth {
+                    partition: Some("orders".into()),
+                    over: 5
+                },
+                Duration::from_secs(600)
+            )
+        );
+        let err = Config::parse(
+            "[alerts]\nwebhook_url = 'ftp://x'\nformat = 'teams'\n\
+             [[alerts.rules]]\nname = 'a'\nkind = 'vibes'\n\
+             [[alerts.rules]]\nname = 'b'\nkind = 'replay_success'\nfloor = 2.0\nwindow = 'soon'\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        for want in [
+            "alerts.webhook_url",
+            "alerts.format: `teams`",
+            "alerts.rules[0].kind: `vibes`",
+            "alerts.rules[1].floor",
+            "alerts.rules[1].window",
+        ] {
+            assert!(err.contains(want), "{want} not in: {err}");
+        }
     }
 
     #[test]

@@ -25,6 +25,8 @@
 //!                small time-boxed batches, tombstones kept, space given back; log pruning
 //! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON,
 //!                openapi (GET /openapi.json from the handlers' annotations)
+//! metrics        Prometheus counters/histograms kept as things happen + gauges from kept totals
+//! alerts         rules evaluated on a schedule (time passed in), throttled, posted to a webhook
 //! server         serve(config, store, listener, shutdown)
 //! ```
 //!
@@ -32,6 +34,7 @@
 //! `model` imports nothing of ours, `store` never imports axum, `http` never sees rusqlite.
 //! Still to come (see DESIGN.md): n8n/, size caps and backup, metrics, alerts, the web UI.
 
+pub mod alerts;
 pub mod classify;
 pub mod cli;
 pub mod commands;

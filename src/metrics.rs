@@ -36,6 +36,15 @@ pub struct Metrics {
     pub writer_commit: Histogram,
     pub http_requests: Family<Labels, Counter>,
     pub http_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    /// New records of a class flagged as a credential incident.
+    pub credential_incidents: Counter,
+    pub alerts_sent: Family<Labels, Counter>,
+    pub alerts_suppressed: Family<Labels, Counter>,
+    pub alerts_failed: Family<Labels, Counter>,
+    /// Totals across labels, for the alert rules' windows.
+    pub ingress_all: Counter,
+    pub replay_ok_all: Counter,
+    pub replay_failed_all: Counter,
     /// Partitions given their own label so far (the rest are "other").
     partitions: Mutex<HashSet<String>>,
     max_partitions: std::sync::atomic::AtomicUsize,
@@ -72,6 +81,13 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     writer_commit: Histogram::new(LATENCY_BUCKETS.iter().copied()),
     http_requests: Family::default(),
     http_latency: Family::new_with_constructor(latency_histogram),
+    credential_incidents: Counter::default(),
+    alerts_sent: Family::default(),
+    alerts_suppressed: Family::default(),
+    alerts_failed: Family::default(),
+    ingress_all: Counter::default(),
+    replay_ok_all: Counter::default(),
+    replay_failed_all: Counter::default(),
     partitions: Mutex::new(HashSet::new()),
     max_partitions: std::sync::atomic::AtomicUsize::new(50),
 });
@@ -99,8 +115,12 @@ impl Metrics {
         "other".to_owned()
     }
 
-    pub fn ingested(&self, partition: &str, class: &str, created: bool) {
+    pub fn ingested(&self, partition: &str, class: &str, created: bool, credential_incident: bool) {
         if created {
+            self.ingress_all.inc();
+            if credential_incident {
+                self.credential_incidents.inc();
+            }
             self.ingress
                 .get_or_create(&vec![
                     ("partition", self.partition_label(partition)),
@@ -116,11 +136,13 @@ impl Metrics {
     pub fn replayed(&self, target: &str, failure: Option<&str>) {
         match failure {
             None => {
+                self.replay_ok_all.inc();
                 self.replay_success
                     .get_or_create(&vec![("target", target.to_owned())])
                     .inc();
             }
             Some(reason) => {
+                self.replay_failed_all.inc();
                 self.replay_failure
                     .get_or_create(&vec![
                         ("target", target.to_owned()),
@@ -216,6 +238,27 @@ pub fn render(snap: Snapshot) -> String {
         "dlq_http_request_duration_seconds",
         "HTTP request latency by method and matched route",
         m.http_latency.clone(),
+    );
+
+    r.register(
+        "dlq_credential_incidents",
+        "New records of a class flagged as a credential incident (auth failures)",
+        m.credential_incidents.clone(),
+    );
+    r.register(
+        "dlq_alerts_sent",
+        "Alert messages posted to the webhook, by rule",
+        m.alerts_sent.clone(),
+    );
+    r.register(
+        "dlq_alerts_suppressed",
+        "Alert evaluations held back by the rule's throttle, by rule",
+        m.alerts_suppressed.clone(),
+    );
+    r.register(
+        "dlq_alerts_failed",
+        "Alert messages the webhook did not accept (or that could not be sent), by rule",
+        m.alerts_failed.clone(),
     );
 
     let depth = Family::<Labels, Gauge>::default();

@@ -66,6 +66,11 @@ pub async fn serve(
         .clone()
         .map(|s| tokio::spawn(s.run(stop_rx.clone())));
     crate::metrics::METRICS.set_max_partitions(config.metrics.max_partitions);
+    let alerter = tokio::spawn(crate::alerts::run(
+        store.clone(),
+        config.alerts.clone(),
+        stop_rx.clone(),
+    ));
     let sweeper = tokio::spawn(crate::retention::run(
         store.clone(),
         config.retention.clone(),
@@ -105,6 +110,8 @@ pub async fn serve(
     if tokio::time::timeout(bound, sweeper).await.is_err() {
         tracing::warn!("the retention sweep was still running at the shutdown deadline");
     }
+    // Alerts never hold up a shutdown: a message in flight is dropped.
+    alerter.abort();
     tracing::info!("draining the writer");
     // Dropping the last writer handle joins the writer thread after its final commit.
     let AppState {

@@ -98,6 +98,7 @@ struct Created {
     class: FailureClass,
     fingerprint: Fingerprint,
     partition: String,
+    credential_incident: bool,
 }
 
 impl Created {
@@ -106,12 +107,18 @@ impl Created {
             class: rec.failure_class,
             fingerprint: rec.fingerprint,
             partition: rec.partition.to_string(),
+            credential_incident: rec.credential_incident,
         }
     }
 
     /// Count the outcome into the metrics.
     fn count(&self, o: &IngestOutcome) {
-        crate::metrics::METRICS.ingested(&self.partition, self.class.as_str(), o.created);
+        crate::metrics::METRICS.ingested(
+            &self.partition,
+            self.class.as_str(),
+            o.created,
+            self.credential_incident,
+        );
     }
 }
 

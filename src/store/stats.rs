@@ -304,3 +304,26 @@ pub fn stats(conn: &Connection, now_ms: i64, money: &[String]) -> Result<Stats, 
         ingress_per_hour,
     })
 }
+
+/// What the alert rules read: open records per partition (kept totals) and how many open
+/// records are past their due time (the open records only).
+pub fn alert_inputs(
+    conn: &Connection,
+    now_ms: i64,
+) -> Result<(Vec<(String, i64)>, i64), StoreError> {
+    let open = conn
+        .prepare_cached(&format!(
+            "SELECT partition, sum(records) FROM partition_stats
+             WHERE status NOT IN {CLOSED_SQL} GROUP BY partition HAVING sum(records) > 0"
+        ))?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let past_sla = conn.query_row(
+        &format!(
+            "SELECT count(*) FROM dead_letters WHERE status NOT IN {CLOSED_SQL} AND due_at < ?1"
+        ),
+        [now_ms],
+        |r| r.get(0),
+    )?;
+    Ok((open, past_sla))
+}

@@ -306,3 +306,116 @@ fn stats_over_http_and_as_a_cli_dashboard() {
         assert!(text.contains(want), "{want:?} not in:\n{text}");
     }
 }
+
+#[test]
+fn a_credential_incident_is_posted_to_the_alert_webhook_without_its_payload() {
+    let hook = Target::start(vec![], ok());
+    let slack = Target::start(vec![], ok());
+    let marker = "PAYLOAD-MARKER-c0ffee";
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "alert-t0ken\n").unwrap();
+    for (t, format) in [(&hook, "generic"), (&slack, "slack")] {
+        let s = Server::start_with(&format!(
+            "[alerts]\nwebhook_url = \"{}\"\nformat = \"{format}\"\nevaluate_every = \"100ms\"\n\
+             [alerts.secret_headers]\nX-Alert-Token = {{ file = \"{}\" }}\n",
+            t.url,
+            secret.path().display()
+        ));
+        let r = s.post(
+            "/v1/dead-letters",
+            json!({"payload": {"customer": marker}, "error": {"message": "Unauthorized", "status": 401}})
+                .to_string(),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+        // Fires, then (no new incident) resolves.
+        eventually("firing and resolved", Duration::from_secs(10), || {
+            (t.got().len() >= 2).then_some(())
+        });
+        let x = scrape(&s);
+        assert!(
+            value(
+                &x,
+                "dlq_alerts_sent_total",
+                &[("rule", "credential-incident")]
+            )
+            .unwrap()
+                >= 1.0
+        );
+        assert_eq!(value(&x, "dlq_credential_incidents_total", &[]), Some(1.0));
+    }
+    let got = hook.got();
+    let first: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(first["rule"], "credential-incident");
+    assert_eq!(first["state"], "firing");
+    assert_eq!(first["value"], 1.0);
+    assert_eq!(first["source"], "deadletter");
+    assert_eq!(got[0].header("x-alert-token"), Some("alert-t0ken"));
+    let second: serde_json::Value = serde_json::from_str(&got[1].body).unwrap();
+    assert_eq!(
+        (second["rule"].as_str(), second["state"].as_str()),
+        (Some("credential-incident"), Some("resolved"))
+    );
+    let text: serde_json::Value = serde_json::from_str(&slack.got()[0].body).unwrap();
+    assert!(
+        text["text"]
+            .as_str()
+            .unwrap()
+            .contains("deadletter FIRING: credential-incident"),
+        "{text}"
+    );
+    for g in hook.got().iter().chain(slack.got().iter()) {
+        assert!(
+            !g.body.contains(marker),
+            "an alert carried the payload: {}",
+            g.body
+        );
+    }
+}
+
+#[test]
+fn a_dead_alert_webhook_costs_ingest_nothing() {
+    use crate::target::Behave;
+    // A webhook that takes each request and never answers, and rules that fire all the time.
+    let hook = Target::start(vec![], Behave::Hang(Duration::from_secs(30)));
+    let s = Server::start_with(&format!(
+        "[alerts]\nwebhook_url = \"{}\"\ntimeout = \"300ms\"\nevaluate_every = \"50ms\"\nthrottle = \"0s\"\n\
+         [[alerts.rules]]\nname = \"storm\"\nkind = \"retry_storm\"\nover = 0\nwindow = \"1m\"\n\
+         [[alerts.rules]]\nname = \"any-depth\"\nkind = \"depth\"\nover = 0\n",
+        hook.url
+    ));
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let s = &s;
+                scope.spawn(move || {
+                    for n in 0..100 {
+                        let r = s.post(
+                            "/v1/dead-letters",
+                            json!({"payload": {"n": n, "w": w}}).to_string(),
+                        );
+                        assert_eq!(r.status, 201, "{}", r.text);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
+    // Alerts kept firing and failing (timeouts, and drops once the queue was full) meanwhile.
+    eventually("alert sends fail", Duration::from_secs(10), || {
+        let x = scrape(&s);
+        (value(&x, "dlq_alerts_failed_total", &[("rule", "storm")]).unwrap_or(0.0) >= 1.0)
+            .then_some(())
+    });
+    let x = scrape(&s);
+    assert_eq!(
+        value(
+            &x,
+            "dlq_ingress_total",
+            &[("partition", "default"), ("failure_class", "unknown")]
+        ),
+        Some(400.0)
+    );
+    assert_eq!(s.get("/readyz").status, 200);
+}
