@@ -274,11 +274,14 @@ CREATE INDEX dead_letters_closed ON dead_letters(updated_at) WHERE status IN ('r
 
 /// Observability: what `GET /metrics` reads per scrape without scanning records — the oldest
 /// open record of each partition (the partial index's first entry) and the records with more
-/// than 3 attempts (a partial index that only holds them).
+/// than 3 attempts (a partial index that only holds them) — and the open records past their
+/// due time that the over-SLA alert counts (an index range, not a scan of the open records).
 const V7: &str = "
 CREATE INDEX dead_letters_open_age ON dead_letters(partition, first_seen_at)
     WHERE status NOT IN ('replayed','resolved','skipped');
 CREATE INDEX dead_letters_many_attempts ON dead_letters(attempts) WHERE attempts > 3;
+CREATE INDEX dead_letters_open_due ON dead_letters(due_at)
+    WHERE status NOT IN ('replayed','resolved','skipped');
 ";
 
 /// Every migration, in order. Append only; never edit one that has shipped.

@@ -5,6 +5,7 @@ mod target;
 
 mod cli;
 mod config;
+mod dashboards;
 mod delivery;
 mod durability;
 mod fuzz_corpus;
