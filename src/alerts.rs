@@ -60,6 +60,8 @@ pub struct Notification {
 struct RuleState {
     /// Did the last message say "firing"?
     firing: bool,
+    /// Since when the condition has held (a depth rule's window counts from here).
+    holding_since: Option<i64>,
     last_sent_ms: Option<i64>,
     suppressed: u64,
 }
@@ -123,7 +125,9 @@ impl Engine {
     /// Is the rule firing, and what to say: (firing, summary, value, threshold).
     fn check(&self, rule: &AlertRule, now_ms: i64, i: &Inputs) -> (bool, String, f64, f64) {
         match &rule.kind {
-            AlertKind::Depth { partition, over } => {
+            AlertKind::Depth {
+                partition, over, ..
+            } => {
                 let worst = i
                     .open_by_partition
                     .iter()
@@ -204,8 +208,19 @@ impl Engine {
         let at = chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
         let mut out = Vec::new();
         for rule in &self.rules {
-            let (firing, summary, value, threshold) = self.check(rule, now_ms, &inputs);
+            let (holds, summary, value, threshold) = self.check(rule, now_ms, &inputs);
             let st = self.state.entry(rule.name.clone()).or_default();
+            // A depth rule with a window fires once its condition has held that long.
+            st.holding_since = if holds {
+                st.holding_since.or(Some(now_ms))
+            } else {
+                None
+            };
+            let hold = match &rule.kind {
+                AlertKind::Depth { window, .. } => ms(*window),
+                _ => 0,
+            };
+            let firing = st.holding_since.is_some_and(|t| now_ms - t >= hold);
             let note = |state, suppressed| Notification {
                 source: "deadletter",
                 rule: rule.name.clone(),
@@ -389,6 +404,7 @@ mod tests {
             AlertKind::Depth {
                 partition: Some("orders".into()),
                 over: 10,
+                window: Duration::ZERO,
             },
             60,
         )]);
@@ -423,6 +439,36 @@ mod tests {
         assert!(e.evaluate(63 * MIN, depth(3)).is_empty());
         // Firing again after a resolve is news at once, throttle or not.
         assert_eq!(e.evaluate(64 * MIN, depth(12)).len(), 1);
+    }
+
+    #[test]
+    fn a_depth_rule_with_a_window_fires_only_once_the_depth_has_held_that_long() {
+        let mut e = Engine::new(vec![rule(
+            "sustained",
+            AlertKind::Depth {
+                partition: None,
+                over: 10,
+                window: Duration::from_secs(600),
+            },
+            60,
+        )]);
+        let depth = |n| Inputs {
+            open_by_partition: vec![("ops".into(), n)],
+            ..Inputs::default()
+        };
+        assert!(e.evaluate(0, depth(50)).is_empty(), "over, but only just");
+        assert!(e.evaluate(5 * MIN, depth(50)).is_empty());
+        assert!(
+            e.evaluate(6 * MIN, depth(5)).is_empty(),
+            "dipped: the clock restarts"
+        );
+        assert!(e.evaluate(7 * MIN, depth(50)).is_empty());
+        assert!(e.evaluate(16 * MIN, depth(50)).is_empty());
+        assert_eq!(
+            e.evaluate(17 * MIN, depth(50)).len(),
+            1,
+            "held for 10 minutes"
+        );
     }
 
     #[test]

@@ -87,10 +87,11 @@ pub struct AlertRule {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum AlertKind {
-    /// Open records in a partition (any, if None) over `over`.
+    /// Open records in a partition (any, if None) over `over`, for at least `window`.
     Depth {
         partition: Option<String>,
         over: u64,
+        window: Duration,
     },
     /// Open records past their due time (their class's SLA).
     OverSla,
@@ -1310,6 +1311,7 @@ fn validate_alerts(raw: RawAlerts, problems: &mut Vec<String>) -> Option<AlertsC
                 AlertKind::Depth {
                     partition: r.partition.clone(),
                     over: r.over.unwrap_or(1000),
+                    window: window(problems, "0s").unwrap_or_default(),
                 }
             }
             "over_sla" => AlertKind::OverSla,
@@ -1373,6 +1375,7 @@ fn default_alert_rules() -> Vec<RawAlertRule> {
         rule("over-sla", "over_sla"),
         RawAlertRule {
             over: Some(1000),
+            window: Some("10m".into()),
             ..rule("backlog", "depth")
         },
         rule("replay-success", "replay_success"),
@@ -1876,7 +1879,8 @@ mod tests {
             (
                 AlertKind::Depth {
                     partition: Some("orders".into()),
-                    over: 5
+                    over: 5,
+                    window: Duration::ZERO
                 },
                 Duration::from_secs(600)
             )
