@@ -6,8 +6,16 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// `deadletter --version`: the crate version and the git commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("DEADLETTER_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
-#[command(name = "deadletter", version, about = "The dead-letter queue for a self-hosted n8n", long_about = None)]
+#[command(name = "deadletter", version = VERSION, about = "The dead-letter queue for a self-hosted n8n", long_about = None)]
 pub struct Cli {
     /// Config file (TOML). Without one, the embedded defaults apply.
     #[arg(long, global = true, env = "DEADLETTER_CONFIG", value_name = "FILE")]
@@ -99,9 +107,43 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run deadletter as a service: a launchd agent (or daemon, --system) on macOS, a systemd
+    /// user (or system) unit on Linux. --dry-run prints the file and the commands.
+    Service(ServiceArgs),
     /// Write or validate the config file.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ServiceArgs {
+    pub action: ServiceAction,
+    /// A system service (LaunchDaemon, or a systemd system unit) instead of a per-user one;
+    /// needs root.
+    #[arg(long)]
+    pub system: bool,
+    /// Print the unit file and the exact commands; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The launchd label (and the systemd unit's name).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// launchd or systemd (default: this OS's).
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// The binary the service runs (default: this one).
+    #[arg(long)]
+    pub binary: Option<PathBuf>,
+    /// LaunchDaemon only: run as this user instead of root.
+    #[arg(long)]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ServiceAction {
+    Install,
+    Uninstall,
+    Status,
 }
 
 #[derive(Debug, Args)]

@@ -28,6 +28,7 @@
 //! metrics        Prometheus counters/histograms kept as things happen + gauges from kept totals
 //! alerts         rules evaluated on a schedule (time passed in), throttled, posted to a webhook
 //! server         serve(config, store, listener, shutdown)
+//! service        plans a launchd agent/daemon or systemd unit (templates in launchd/, packaging/)
 //! ```
 //!
 //! Dependencies point one way: `commands -> server -> http/replay -> ingest -> store -> model`;
@@ -48,6 +49,7 @@ pub mod redact;
 pub mod replay;
 pub mod retention;
 pub mod server;
+pub mod service;
 pub mod store;
 
 /// The fuzz target's body, here so that the regular tests can replay the fuzz corpus through

@@ -54,6 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check => commands::backup::check(&config),
         Command::Export { out } => commands::export::export(&config, out.as_deref()),
         Command::Import { path } => commands::export::import(&config, &path),
+        Command::Service(args) => commands::service::service(args),
         Command::Stats { json } => commands::stats::run(&config, json),
         Command::Retention { json } => commands::retention::run(&config, json),
         Command::Config(_) => unreachable!("handled above"),

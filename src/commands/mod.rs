@@ -16,6 +16,7 @@ pub mod replay;
 pub mod resolve;
 pub mod retention;
 pub mod serve;
+pub mod service;
 pub mod show;
 pub mod skip;
 pub mod stats;

@@ -18,4 +18,5 @@ mod replays;
 mod retention;
 mod schemathesis;
 mod security;
+mod service;
 mod triage;
