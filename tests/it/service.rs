@@ -280,3 +280,120 @@ fn the_version_names_the_commit() {
     let commit = v.trim().rsplit_once('(').unwrap().1.trim_end_matches(')');
     assert!(commit.len() >= 7 && commit != "unknown", "{v}");
 }
+
+#[test]
+fn install_sh_installs_the_binary_and_the_service_is_idempotent_and_uninstalls() {
+    let home = tempfile::tempdir().unwrap();
+    let fakes = tempfile::tempdir().unwrap();
+    let log = fake(fakes.path(), "systemctl");
+    let _ = fake(fakes.path(), "launchctl");
+    let prefix = home.path().join("prefix");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/install.sh");
+    let run = |args: &[&str]| {
+        let path = std::env::var("PATH").unwrap_or_default();
+        let o = Command::new("bash")
+            .arg(&script)
+            .args(["--prefix", prefix.to_str().unwrap(), "--binary", BIN])
+            .args(args)
+            .env("HOME", home.path())
+            .env("PATH", format!("{}:{path}", fakes.path().display()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+        stdout(&o)
+    };
+    let first = run(&[]);
+    assert!(first.contains("installed"), "{first}");
+    let installed = prefix.join("bin/deadletter");
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(BIN).unwrap()
+    );
+    let o = Command::new(&installed).arg("--version").output().unwrap();
+    assert!(stdout(&o).starts_with("deadletter "));
+    let (unit, config) = if cfg!(target_os = "macos") {
+        (
+            home.path()
+                .join("Library/LaunchAgents/com.deadletter.server.plist"),
+            home.path()
+                .join("Library/Application Support/deadletter/deadletter.toml"),
+        )
+    } else {
+        (
+            home.path().join(".config/systemd/user/deadletter.service"),
+            home.path().join(".config/deadletter/deadletter.toml"),
+        )
+    };
+    assert!(std::fs::read_to_string(&unit)
+        .unwrap()
+        .contains(installed.to_str().unwrap()));
+    std::fs::write(&config, "# mine\n").unwrap();
+    // Again: nothing to replace, the config stays as the operator left it.
+    let second = run(&[]);
+    assert!(second.contains("is up to date"), "{second}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "# mine\n");
+    run(&["--uninstall"]);
+    assert!(!installed.exists() && !unit.exists());
+    assert!(config.exists(), "the config is kept");
+    if !cfg!(target_os = "macos") {
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            calls.contains("--user enable --now deadletter.service"),
+            "{calls}"
+        );
+        assert!(
+            calls.contains("--user disable --now deadletter.service"),
+            "{calls}"
+        );
+    }
+}
+
+#[test]
+fn the_homebrew_formula_parses_and_its_service_runs_serve_on_its_config() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/homebrew");
+    let o = Command::new("ruby")
+        .arg("-c")
+        .arg(root.join("deadletter.rb"))
+        .output()
+        .expect("ruby (Debian's ruby package; .ci/run installs it)");
+    assert!(stdout(&o).contains("Syntax OK"), "{}", stderr(&o));
+    let o = Command::new("ruby")
+        .arg(root.join("check-formula.rb"))
+        .arg(root.join("deadletter.rb"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let prefix = f["prefix"].as_str().unwrap();
+    assert_eq!(
+        f["service"]["run"],
+        serde_json::json!([
+            format!("{prefix}/opt/deadletter/bin/deadletter"),
+            "--config",
+            format!("{prefix}/etc/deadletter/deadletter.toml"),
+            "--data-dir",
+            format!("{prefix}/var/deadletter"),
+            "serve"
+        ])
+    );
+    assert_eq!(
+        f["service"]["keep_alive"],
+        serde_json::json!({"crashed": true})
+    );
+    assert_eq!(f["meta"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        f["meta"]["depends_on"],
+        serde_json::json!([{"rust": "build"}])
+    );
+    // install builds with cargo; post_install writes the default config with the binary.
+    assert_eq!(f["calls"][0][0], "cargo");
+    assert_eq!(
+        f["calls"][1],
+        serde_json::json!([
+            format!("{prefix}/Cellar/deadletter/0.1.0/bin/deadletter"),
+            "config",
+            "init",
+            format!("{prefix}/etc/deadletter/deadletter.toml")
+        ])
+    );
+}
