@@ -11,6 +11,7 @@ mod durability;
 mod fuzz_corpus;
 mod ingest;
 mod metrics;
+mod n8n_templates;
 mod openapi;
 mod read;
 mod redaction;
