@@ -51,3 +51,170 @@ JSON
 }
 
 n8n_bin="$(install_n8n)"
+
+say "building deadletter (release)"
+(cd "$here" && cargo build --release --locked --quiet)
+dl="$here/target/release/deadletter"
+
+# The example workflow's orders API: answers 500 while $work/upstream-down exists, else 200,
+# and logs every body it accepts.
+touch "$work/upstream-down"
+cat > "$work/upstream.py" <<PY
+import http.server, os, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        down = os.path.exists("$work/upstream-down")
+        if not down:
+            with open("$work/upstream.log", "ab") as f:
+                f.write(body + b"\n")
+        self.send_response(500 if down else 200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"down":true}' if down else b'{"ok":true}')
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", $up_port), H).serve_forever()
+PY
+python3 "$work/upstream.py" & pids+=($!)
+
+say "starting deadletter on 127.0.0.1:$dl_port (tokens: ingest for n8n, operator for the CLI)"
+ingest_token="e2e-ingest-token-0123456789abcdef"
+operator_token="e2e-operator-token-0123456789abcd"
+sha() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+cat > "$work/deadletter.toml" <<TOML
+[server]
+listen = "127.0.0.1:$dl_port"
+[storage]
+data_dir = "$work/dl"
+[delivery]
+tick = "200ms"
+# Records wait for a person: the replay below is the operator's.
+[policy.transient]
+initial = "review"
+[policy.unknown]
+initial = "review"
+[policy.rate_limited]
+initial = "review"
+[[auth.tokens]]
+name = "n8n"
+role = "ingest"
+sha256 = "$(sha "$ingest_token")"
+[[auth.tokens]]
+name = "e2e-operator"
+role = "operator"
+sha256 = "$(sha "$operator_token")"
+TOML
+printf '%s' "$operator_token" > "$work/operator.token"
+"$dl" --config "$work/deadletter.toml" serve > "$work/deadletter.out" 2> "$work/deadletter.err" & pids+=($!)
+for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$dl_port/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+dlcli() { "$dl" --config "$work/deadletter.toml" --server "http://127.0.0.1:$dl_port" --token-file "$work/operator.token" --actor e2e "$@"; }
+
+say "importing the templates into a throwaway n8n ($work/n8n)"
+export N8N_USER_FOLDER="$work/n8n"
+export N8N_PORT="$n8n_port" N8N_LISTEN_ADDRESS=127.0.0.1 N8N_HOST=127.0.0.1
+export WEBHOOK_URL="http://127.0.0.1:$n8n_port/"
+export N8N_DIAGNOSTICS_ENABLED=false N8N_VERSION_NOTIFICATIONS_ENABLED=false
+export N8N_TEMPLATES_ENABLED=false N8N_PERSONALIZATION_ENABLED=false
+export N8N_HIRING_BANNER_ENABLED=false EXTERNAL_FRONTEND_HOOKS_URLS=""
+export N8N_SECURE_COOKIE=false N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=false
+export N8N_RUNNERS_ENABLED=true DB_SQLITE_POOL_SIZE=2
+mkdir -p "$work/templates"
+for f in "$here"/packaging/n8n/*.json; do
+  sed -e "s#http://127.0.0.1:7680#http://127.0.0.1:$dl_port#g" \
+      -e "s#Bearer PUT-YOUR-INGEST-TOKEN-HERE#Bearer $ingest_token#" "$f" > "$work/templates/$(basename "$f")"
+done
+# n8n's CLI spins when its output pipe closes early: send it to files, never to `head`.
+n8n() { "$n8n_bin" "$@" > "$work/n8n-cli.out" 2>&1 || { cat "$work/n8n-cli.out"; return 1; }; }
+n8n import:credentials --input="$work/templates/credential-deadletter-ingest.json"
+for wf in error-workflow send-to-deadletter example-orders-workflow; do
+  n8n import:workflow --input="$work/templates/$wf.json"
+done
+# A workflow that fails outright (no error output), to see the Error Workflow fire.
+cat > "$work/templates/failing.json" <<JSON
+{"id": "dlqE2eFailing001", "name": "e2e: fails outright", "active": false,
+ "nodes": [
+  {"id": "e2e00000-0000-4000-8000-000000000001", "name": "Webhook", "type": "n8n-nodes-base.webhook",
+   "typeVersion": 2, "position": [0, 0], "webhookId": "e2e00000-0000-4000-8000-0000000000bb",
+   "parameters": {"httpMethod": "POST", "path": "dlq-e2e-failing", "responseMode": "onReceived", "options": {}}},
+  {"id": "e2e00000-0000-4000-8000-000000000002", "name": "Throw", "type": "n8n-nodes-base.code",
+   "typeVersion": 2, "position": [260, 0],
+   "parameters": {"mode": "runOnceForAllItems", "language": "javaScript",
+                  "jsCode": "throw new Error('e2e failure for the Error Workflow');"}}],
+ "connections": {"Webhook": {"main": [[{"node": "Throw", "type": "main", "index": 0}]]}},
+ "settings": {"executionOrder": "v1", "errorWorkflow": "dlqErrorWf000001"}}
+JSON
+n8n import:workflow --input="$work/templates/failing.json"
+for id in dlqErrorWf000001 dlqSendToDlq0001 dlqExampleMain01 dlqE2eFailing001; do
+  n8n publish:workflow --id="$id"
+done
+"$n8n_bin" start > "$work/n8n.out" 2>&1 & pids+=($!)
+for _ in $(seq 600); do curl -fsS "http://127.0.0.1:$n8n_port/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fsS "http://127.0.0.1:$n8n_port/healthz" >/dev/null || { tail -50 "$work/n8n.out"; exit 1; }
+# The webhook answers once its workflow is active.
+for _ in $(seq 100); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$n8n_port/webhook/dlq-example-orders" \
+    -H 'content-type: application/json' -d '{"probe":true}') || true
+  [ "$code" = 200 ] && break
+  sleep 0.3
+done
+[ "$code" = 200 ] || { echo "the example webhook never answered (last: $code)"; tail -50 "$work/n8n.out"; exit 1; }
+
+say "making the example fail (its orders API answers 500)"
+curl -fsS -X POST "http://127.0.0.1:$n8n_port/webhook/dlq-example-orders" \
+  -H 'content-type: application/json' -d '{"orderId":"E2E-1","amount":5}' >/dev/null
+id=""
+for _ in $(seq 150); do
+  id=$(dlcli list --partition orders --json | python3 -c '
+import json, sys
+items = [r for r in json.load(sys.stdin)["items"] if r.get("idempotency_key") == "order-E2E-1"]
+print(items[0]["id"] if items else "")')
+  [ -n "$id" ] && break
+  sleep 0.2
+done
+[ -n "$id" ] || { echo "no record for order E2E-1 arrived"; tail -30 "$work/n8n.out"; tail -30 "$work/deadletter.err"; exit 1; }
+dlcli show "$id" --json > "$work/record.json"
+python3 - "$work/record.json" "$n8n_port" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["partition"] == "orders", r
+assert r["replay_url"] == f"http://127.0.0.1:{sys.argv[2]}/webhook/dlq-example-orders", r["replay_url"]
+assert r["workflow_id"] == "dlqExampleMain01", r
+assert r["node_name"] == "Call orders API", r
+print("record", r["id"], "status", r["status"], "class", r["failure_class"])
+PY
+payload=$(curl -fsS -H "Authorization: Bearer $operator_token" "http://127.0.0.1:$dl_port/v1/dead-letters/$id/payload")
+echo "$payload" | python3 -c 'import json,sys; p=json.load(sys.stdin); assert p["body"]["orderId"]=="E2E-1", p; print("payload: the webhook item, body", p["body"])'
+
+say "failing a workflow outright: the Error Workflow reports it"
+curl -fsS -X POST "http://127.0.0.1:$n8n_port/webhook/dlq-e2e-failing" \
+  -H 'content-type: application/json' -d '{"n":1}' >/dev/null
+found=""
+for _ in $(seq 150); do
+  found=$(dlcli list --workflow dlqE2eFailing001 --json | python3 -c '
+import json, sys
+items = json.load(sys.stdin)["items"]
+print(items[0]["id"] if items else "")')
+  [ -n "$found" ] && break
+  sleep 0.2
+done
+[ -n "$found" ] || { echo "the Error Workflow never reported the failure"; tail -30 "$work/n8n.out"; exit 1; }
+dlcli show "$found" --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["source"] == "n8n_error_trigger", r["source"]
+assert "e2e failure for the Error Workflow" in (r.get("error_message") or ""), r
+print("record", r["id"], "from the Error Trigger:", r["error_message"])'
+
+say "fixing the orders API and replaying record $id to the webhook"
+rm -f "$work/upstream-down"
+dlcli replay "$id" --wait
+for _ in $(seq 100); do
+  grep -q 'E2E-1' "$work/upstream.log" 2>/dev/null && break
+  sleep 0.2
+done
+grep -q 'E2E-1' "$work/upstream.log" || { echo "n8n never called the orders API with the replayed order"; tail -30 "$work/n8n.out"; exit 1; }
+status=$(dlcli show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')
+[ "$status" = replayed ] || { echo "record $id is $status, not replayed"; exit 1; }
+
+say "passed in $(( $(date +%s) - started )) s: n8n's failure reached deadletter with its item, and the replay ran the workflow"

@@ -169,3 +169,19 @@ fn describe_failure_turns_n8ns_error_output_item_into_an_envelope_deadletter_sto
     .unwrap();
     assert_eq!(payload["body"], item["body"]);
 }
+
+#[test]
+fn the_on_demand_e2e_script_stays_valid_shell_and_uses_these_templates() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/n8n.sh");
+    let o = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&script).unwrap();
+    for id in ["dlqErrorWf000001", "dlqSendToDlq0001", "dlqExampleMain01"] {
+        assert!(text.contains(id), "the e2e script does not publish {id}");
+    }
+    assert!(text.contains("packaging/n8n/*.json"));
+}
