@@ -50,6 +50,24 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub metrics: MetricsConfig,
     pub alerts: AlertsConfig,
+    pub n8n: N8nConfig,
+}
+
+/// n8n's public API: enrichment of Error Trigger records (and, later, reconciliation).
+#[derive(Debug, Clone)]
+pub struct N8nConfig {
+    pub base_url: String,
+    /// Where the API key is read from (never the key: Debug shows the source only).
+    pub api_key: Option<SecretSource>,
+    pub timeout: Duration,
+    /// Fetch the execution of each Error Trigger record (needs `api_key`).
+    pub enrich: bool,
+    /// Executions fetched at once.
+    pub concurrency: usize,
+    /// How often the enricher looks for records to fetch.
+    pub tick: Duration,
+    /// Keep trying (n8n down, key refused) this long after a record arrived, then give up.
+    pub give_up_after: Duration,
 }
 
 /// Alert rules, evaluated every `evaluate_every`, posted to one webhook.
@@ -433,6 +451,33 @@ struct RawConfig {
     retention: RawRetention,
     metrics: RawMetrics,
     alerts: RawAlerts,
+    n8n: RawN8n,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct RawN8n {
+    base_url: String,
+    api_key: Option<RawSecret>,
+    timeout: String,
+    enrich: bool,
+    concurrency: u64,
+    tick: String,
+    give_up_after: String,
+}
+
+impl Default for RawN8n {
+    fn default() -> Self {
+        RawN8n {
+            base_url: "http://127.0.0.1:5678".into(),
+            api_key: None,
+            timeout: "10s".into(),
+            enrich: true,
+            concurrency: 2,
+            tick: "2s".into(),
+            give_up_after: "1d".into(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -1022,6 +1067,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
     let auth = validate_auth(raw.auth, problems);
     let retention = validate_retention(raw.retention, problems);
     let alerts = validate_alerts(raw.alerts, problems);
+    let n8n = validate_n8n(raw.n8n, problems);
     let metrics = {
         let max = in_range(
             &mut |p| problems.push(p),
@@ -1120,6 +1166,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<String>) -> Option<Config> {
         retention: retention?,
         metrics: metrics?,
         alerts: alerts?,
+        n8n: n8n?,
         replay: ReplayConfig {
             batch_size: replay_batch as usize,
             stop_failure_ratio: raw.replay.stop_failure_ratio,
@@ -1360,6 +1407,43 @@ fn validate_alerts(raw: RawAlerts, problems: &mut Vec<String>) -> Option<AlertsC
         }),
         evaluate_every: evaluate_every?,
         rules,
+    })
+}
+
+fn validate_n8n(raw: RawN8n, problems: &mut Vec<String>) -> Option<N8nConfig> {
+    let n = problems.len();
+    let base_url = raw.base_url.trim().trim_end_matches('/').to_owned();
+    if reqwest::Url::parse(&base_url)
+        .map(|u| !u.scheme().starts_with("http"))
+        .unwrap_or(true)
+    {
+        problems.push(format!("n8n.base_url: `{base_url}` is not an http(s) URL"));
+    }
+    let api_key = raw
+        .api_key
+        .as_ref()
+        .and_then(|k| secret_source(problems, "n8n.api_key", k));
+    let timeout = duration(problems, "n8n.timeout", &raw.timeout);
+    let tick = duration(problems, "n8n.tick", &raw.tick);
+    let give_up_after = duration(problems, "n8n.give_up_after", &raw.give_up_after);
+    let concurrency = in_range(
+        &mut |p| problems.push(p),
+        "n8n.concurrency",
+        raw.concurrency,
+        1,
+        16,
+    );
+    if problems.len() > n {
+        return None;
+    }
+    Some(N8nConfig {
+        base_url,
+        api_key,
+        timeout: timeout?,
+        enrich: raw.enrich,
+        concurrency: concurrency as usize,
+        tick: tick?,
+        give_up_after: give_up_after?,
     })
 }
 

@@ -26,6 +26,7 @@
 //! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON,
 //!                openapi (GET /openapi.json from the handlers' annotations)
 //! metrics        Prometheus counters/histograms kept as things happen + gauges from kept totals
+//! n8n            n8n's public API: background enrichment of Error Trigger records
 //! alerts         rules evaluated on a schedule (time passed in), throttled, posted to a webhook
 //! server         serve(config, store, listener, shutdown)
 //! service        plans a launchd agent/daemon or systemd unit (templates in launchd/, packaging/)
@@ -45,6 +46,7 @@ pub mod ingest;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod n8n;
 pub mod redact;
 pub mod replay;
 pub mod retention;

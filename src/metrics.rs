@@ -41,6 +41,8 @@ pub struct Metrics {
     pub alerts_sent: Family<Labels, Counter>,
     pub alerts_suppressed: Family<Labels, Counter>,
     pub alerts_failed: Family<Labels, Counter>,
+    /// Calls to n8n's API that did not bring an execution, by kind.
+    pub n8n_api_errors: Family<Labels, Counter>,
     /// Totals across labels, for the alert rules' windows.
     pub ingress_all: Counter,
     pub replay_ok_all: Counter,
@@ -85,6 +87,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     alerts_sent: Family::default(),
     alerts_suppressed: Family::default(),
     alerts_failed: Family::default(),
+    n8n_api_errors: Family::default(),
     ingress_all: Counter::default(),
     replay_ok_all: Counter::default(),
     replay_failed_all: Counter::default(),
@@ -259,6 +262,12 @@ pub fn render(snap: Snapshot) -> String {
         "dlq_alerts_failed",
         "Alert messages the webhook did not accept (or that could not be sent), by rule",
         m.alerts_failed.clone(),
+    );
+
+    r.register(
+        "dlq_n8n_api_errors",
+        "Calls to n8n's API that did not bring an execution, by kind (not_found, refused, unreachable)",
+        m.n8n_api_errors.clone(),
     );
 
     let depth = Family::<Labels, Gauge>::default();

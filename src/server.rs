@@ -75,7 +75,7 @@ pub async fn serve(
         store.clone(),
         config.retention.clone(),
         Some((config.logging.dir.clone(), config.logging.max_age)),
-        stop_rx,
+        stop_rx.clone(),
     ));
     let state = AppState {
         ingestor: Arc::new(Ingestor::new(&config)),
@@ -84,6 +84,12 @@ pub async fn serve(
         scheduler,
         tokens,
     };
+    let enricher = tokio::spawn(crate::n8n::run(
+        state.store.clone(),
+        state.config.n8n.clone(),
+        state.ingestor.clone(),
+        stop_rx.clone(),
+    ));
     let app = router(state.clone());
     let bound = state.config.server.shutdown_timeout;
     let (asked_tx, mut asked_rx) = tokio::sync::watch::channel(false);
@@ -110,8 +116,10 @@ pub async fn serve(
     if tokio::time::timeout(bound, sweeper).await.is_err() {
         tracing::warn!("the retention sweep was still running at the shutdown deadline");
     }
-    // Alerts never hold up a shutdown: a message in flight is dropped.
+    // Alerts never hold up a shutdown: a message in flight is dropped; nor does a fetch from
+    // n8n (the record stays as it was and is fetched on the next start).
     alerter.abort();
+    enricher.abort();
     tracing::info!("draining the writer");
     // Dropping the last writer handle joins the writer thread after its final commit.
     let AppState {

@@ -71,6 +71,7 @@ pub fn router(state: AppState) -> Router {
             post(triage::group_action),
         )
         .route("/v1/dead-letters/{id}/payload", get(read::payload))
+        .route("/v1/dead-letters/{id}/enrich", post(triage::enrich))
         .route("/healthz", get(read::healthz))
         .route("/readyz", get(read::readyz))
         .route("/openapi.json", get(openapi::document))

@@ -115,6 +115,7 @@ pub struct RecordDetail {
     pub error: Option<Value>,
     pub events: Vec<EventView>,
     pub deliveries: Vec<AttemptView>,
+    pub enrichment: crate::store::Enrichment,
 }
 
 /// PATCH body: any of these.
@@ -203,6 +204,8 @@ pub struct Health {
     pub status: String,
     #[schema(value_type = Option<Object>)]
     pub checks: Option<Value>,
+    /// /readyz: what the last call to n8n's API found ("not used" without an API key).
+    pub n8n_api: Option<String>,
 }
 
 struct BearerAuth;
@@ -242,6 +245,7 @@ impl Modify for BearerAuth {
         super::retention::status,
         super::metrics::metrics,
         super::metrics::stats,
+        super::triage::enrich,
         super::read::healthz,
         super::read::readyz,
     ),

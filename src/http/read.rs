@@ -229,6 +229,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         Json(json!({
             "status": if status == StatusCode::OK { "ready" } else { "not_ready" },
             "checks": {"writer": writer, "database": db},
+            // Informational: n8n's API being down never makes deadletter unready.
+            "n8n_api": crate::n8n::API_STATE.lock().map(|s| s.clone()).unwrap_or_default(),
         })),
     )
         .into_response()

@@ -344,3 +344,39 @@ pub async fn group_action(
     }))
     .into_response())
 }
+
+/// Ask again: fetch this Error Trigger record's execution from n8n's API on the enricher's next
+/// round (after n8n came back, the key was fixed, or to refresh it).
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/enrich", tag = "triage",
+    params(("id" = String, Path, description = "record id")),
+    responses((status = 202, description = "queued for the enricher"), (status = 404, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, description = "not an Error Trigger record with an execution id", body = ErrorBody)))]
+pub async fn enrich(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    let id = RecordId::parse(&id).map_err(ApiError::not_found)?.get();
+    state
+        .store
+        .writer
+        .enrich(crate::store::enrich::Enrich {
+            id,
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            actor: caller.actor("api"),
+            result: crate::store::enrich::EnrichResult::Requested,
+        })
+        .await?;
+    let configured = state.config.n8n.enrich && state.config.n8n.api_key.is_some();
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "id": id,
+            "enrichment": "pending",
+            "note": if configured { "the enricher fetches it on its next round" }
+                    else { "no n8n API key is configured ([n8n] api_key): nothing will fetch it" },
+        })),
+    )
+        .into_response())
+}

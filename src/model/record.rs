@@ -139,6 +139,9 @@ named_enum! {
         Tagged => "tagged",
         PayloadEdited => "payload_edited",
         Noted => "noted",
+        Enriched => "enriched",
+        EnrichmentRequested => "enrichment_requested",
+        EnrichmentUnavailable => "enrichment_unavailable",
     }
 }
 

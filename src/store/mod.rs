@@ -11,6 +11,7 @@
 
 mod apply;
 pub mod codec;
+pub mod enrich;
 pub mod export;
 pub mod jobs;
 mod query;
@@ -25,14 +26,15 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+pub use apply::SYSTEM as SYSTEM_ACTOR;
 pub use apply::{
     AttemptRecord, Change, Claim, Claimed, Finish, GroupAction, GroupActionKind, GroupItem,
     IngestOutcome, NewRecord, Next, PayloadEdit, PoisonRule, SYSTEM,
 };
 pub use codec::{Codec, Encoded};
 pub use query::{
-    AttemptView, DocumentView, EventView, GroupFilter, GroupSummary, ListFilter, ListPage,
-    RecordDetail, RecordSummary,
+    AttemptView, DocumentView, Enrichment, EventView, GroupFilter, GroupSummary, ListFilter,
+    ListPage, RecordDetail, RecordSummary,
 };
 pub use writer::{ImportBatch, Writer};
 
@@ -250,6 +252,14 @@ impl ReadPool {
         version: Option<i64>,
     ) -> Result<Option<DocumentView>, StoreError> {
         self.with(|c| query::document(c, id, "item", version))
+    }
+
+    pub fn enrich_candidates(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<enrich::Candidate>, StoreError> {
+        self.with(|c| enrich::candidates(c, now_ms, limit))
     }
 
     pub fn gauges(&self) -> Result<stats::Gauges, StoreError> {

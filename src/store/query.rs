@@ -111,6 +111,20 @@ pub struct RecordDetail {
     pub events: Vec<EventView>,
     /// Every delivery attempt, oldest first.
     pub deliveries: Vec<AttemptView>,
+    pub enrichment: Enrichment,
+}
+
+/// Whether deadletter fetched the record's execution from n8n, and what it learnt.
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+pub struct Enrichment {
+    /// null (not fetched: not an Error Trigger record, or no n8n API configured), pending,
+    /// enriched, unavailable.
+    pub state: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub detail: Option<serde_json::Value>,
+    /// The failing node's input items as n8n had them (newest fetch), redacted.
+    #[schema(value_type = Option<Object>)]
+    pub failing_node_inputs: Option<serde_json::Value>,
 }
 
 /// One delivery attempt and the target's answer.
@@ -395,6 +409,9 @@ pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
+    let (state, detail) = super::enrich::state(conn, id)?;
+    let failing_node_inputs =
+        document(conn, id, "n8n_inputs", None)?.and_then(|d| serde_json::from_str(&d.json).ok());
     Ok(RecordDetail {
         summary,
         payload,
@@ -402,6 +419,11 @@ pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {
         error,
         events,
         deliveries,
+        enrichment: Enrichment {
+            state,
+            detail,
+            failing_node_inputs,
+        },
     })
 }
 
@@ -426,6 +448,7 @@ struct DetailJson<'a> {
     error: Option<&'a serde_json::value::RawValue>,
     events: &'a [EventView],
     deliveries: &'a [AttemptView],
+    enrichment: &'a Enrichment,
 }
 
 impl RecordDetail {
@@ -439,6 +462,7 @@ impl RecordDetail {
             error: raw_json(&self.error)?,
             events: &self.events,
             deliveries: &self.deliveries,
+            enrichment: &self.enrichment,
         };
         serde_json::to_vec(&j).map_err(|e| StoreError::Corrupt(e.to_string()))
     }

@@ -284,8 +284,20 @@ CREATE INDEX dead_letters_open_due ON dead_letters(due_at)
     WHERE status NOT IN ('replayed','resolved','skipped');
 ";
 
+/// n8n enrichment: whether deadletter fetched an Error Trigger record's execution from n8n's
+/// API (NULL: not yet, or no API configured; pending: trying again after `enrich_after`;
+/// enriched; unavailable) and what it learnt; an index over the records still to look at.
+const V8: &str = "
+ALTER TABLE dead_letters ADD COLUMN enrichment TEXT;
+ALTER TABLE dead_letters ADD COLUMN enrichment_detail TEXT;
+ALTER TABLE dead_letters ADD COLUMN enrich_after INTEGER;
+CREATE INDEX dead_letters_to_enrich ON dead_letters(enrich_after)
+    WHERE source = 'n8n_error_trigger' AND execution_id IS NOT NULL
+      AND (enrichment IS NULL OR enrichment = 'pending');
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 

@@ -25,6 +25,7 @@ use super::apply::{
     self, Change, Claim, Claimed, Finish, GroupAction, GroupItem, IngestOutcome, NewRecord,
     PoisonRule,
 };
+use super::enrich::{self, Enrich};
 use super::export::{self, Imported, Line};
 use super::jobs::{self, ItemOutcome, JobMove, JobStatus, NewJob};
 use super::query::RecordSummary;
@@ -47,6 +48,7 @@ enum Op {
     SetItem(Box<ItemOutcome>),
     Import(Box<ImportBatch>),
     Vacuum { pages: u32 },
+    Enrich(Box<Enrich>),
 }
 
 /// Lines of an export to apply in one transaction, encoded as this store encodes documents.
@@ -71,6 +73,7 @@ enum Done {
     ItemSet,
     Imported(Imported, Vec<i64>),
     Vacuumed(usize),
+    Enriched,
 }
 
 /// What travels on the writer's channel.
@@ -276,6 +279,17 @@ impl Writer {
     pub async fn erase(&self, e: Erasure) -> Result<Vec<i64>, StoreError> {
         match self.call(Op::Erase(Box::new(e))).await? {
             Done::Erased(ids) => Ok(ids),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    /// Record what fetching a record's n8n execution did (or an operator's request to fetch
+    /// it again).
+    pub async fn enrich(&self, e: Enrich) -> Result<(), StoreError> {
+        match self.call(Op::Enrich(Box::new(e))).await? {
+            Done::Enriched => Ok(()),
             _ => Err(StoreError::Corrupt(
                 "writer answered another request".into(),
             )),
@@ -508,6 +522,10 @@ fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, Stor
         Op::CreateJob(j) => Done::JobCreated(jobs::create(conn, j)?),
         Op::MoveJob(m) => Done::JobMoved(jobs::apply_move(conn, m)?),
         Op::Vacuum { pages } => Done::Vacuumed(vacuum(conn, Some(*pages))?),
+        Op::Enrich(e) => {
+            enrich::apply(conn, e)?;
+            Done::Enriched
+        }
         Op::Import(b) => {
             let (done, conflicts) = export::import(conn, &b.lines, b.compress_above, b.zstd_level)?;
             Done::Imported(done, conflicts)

@@ -8,6 +8,7 @@ mod config;
 mod dashboards;
 mod delivery;
 mod durability;
+mod fake_n8n;
 mod fuzz_corpus;
 mod ingest;
 mod metrics;

@@ -185,3 +185,166 @@ fn the_on_demand_e2e_script_stays_valid_shell_and_uses_these_templates() {
     }
     assert!(text.contains("packaging/n8n/*.json"));
 }
+
+mod connector {
+    //! n8n connector: enrichment of Error Trigger records from n8n's API (a fake one serving
+    //! a real execution's shape).
+
+    use std::time::Duration;
+
+    use serde_json::{json, Value};
+
+    use crate::fake_n8n::{FakeN8n, KEY, PLANTED};
+    use crate::harness::{eventually, fixture, Server};
+
+    fn server(n8n: &FakeN8n, key: &str) -> (Server, tempfile::NamedTempFile) {
+        let key_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(key_file.path(), format!("{key}\n")).unwrap();
+        let s = Server::start_with(&format!(
+            "[n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\ntimeout = \"1s\"\n",
+            n8n.url,
+            key_file.path().display()
+        ));
+        (s, key_file)
+    }
+
+    fn error_trigger(s: &Server, execution: &str) -> i64 {
+        let mut body: Value =
+            serde_json::from_slice(&fixture("error-trigger-body.raw.json")).unwrap();
+        body["execution"]["id"] = json!(execution);
+        let r = s.post("/v1/n8n/error-trigger", body.to_string());
+        assert_eq!(r.status, 201, "{}", r.text);
+        r.json["id"].as_i64().unwrap()
+    }
+
+    fn wait_state(s: &Server, id: i64, want: &str) -> Value {
+        eventually(
+            &format!("record {id} {want}"),
+            Duration::from_secs(10),
+            || {
+                let rec = s.get(&format!("/v1/dead-letters/{id}")).json;
+                (rec["enrichment"]["state"] == want).then_some(rec)
+            },
+        )
+    }
+
+    #[test]
+    fn an_error_trigger_record_gets_its_trigger_item_and_failing_inputs_from_n8n() {
+        let n8n = FakeN8n::start();
+        let (s, _key) = server(&n8n, KEY);
+        let id = error_trigger(&s, "81");
+        let rec = wait_state(&s, id, "enriched");
+        let e = &rec["enrichment"];
+        assert_eq!(e["detail"]["trigger_node"], "Webhook");
+        assert_eq!(e["detail"]["failing_node"], "Process order");
+        assert_eq!(
+            e["detail"]["workflow_version_id"],
+            "e8be7eec-a06a-4327-b929-c485c320134e"
+        );
+        assert_eq!(e["detail"]["started_at"], "2026-11-29T23:04:02.720Z");
+        assert_eq!(e["detail"]["payload"], "from n8n: the trigger item");
+        assert_eq!(e["failing_node_inputs"][0]["body"]["orderId"], "A-1001");
+        // The trigger item is now the payload a replay sends — redacted like any payload.
+        assert_eq!(rec["payload"]["body"]["orderId"], "A-1001");
+        assert_eq!(
+            rec["payload"]["webhookUrl"],
+            "http://127.0.0.1:5678/webhook/orders"
+        );
+        let text = rec.to_string();
+        assert!(!text.contains(PLANTED), "the planted secret was stored");
+        assert!(rec["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "enriched"));
+        assert!(n8n
+            .asked()
+            .iter()
+            .any(|p| p == "/api/v1/executions/81?includeData=true"));
+        assert!(s.get("/readyz").json["n8n_api"] == "ok");
+
+        // Pruned in n8n: unavailable, with the reason.
+        let gone = error_trigger(&s, "404");
+        let rec = wait_state(&s, gone, "unavailable");
+        assert!(rec["enrichment"]["detail"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("404"));
+        assert!(rec["payload"].is_null());
+
+        // An operator can ask again; a record not from the Error Trigger has nothing to fetch.
+        let r = s
+            .client
+            .post(s.url(&format!("/v1/dead-letters/{gone}/enrich")))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        let env = s
+            .post("/v1/dead-letters", json!({"payload": {"a": 1}}).to_string())
+            .json["id"]
+            .as_i64()
+            .unwrap();
+        let r = s
+            .client
+            .post(s.url(&format!("/v1/dead-letters/{env}/enrich")))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 422);
+
+        // n8n too slow (3 s against a 1 s timeout): tried again later, the record waits.
+        let slow = error_trigger(&s, "slow");
+        let rec = wait_state(&s, slow, "pending");
+        assert!(rec["enrichment"]["detail"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable"));
+    }
+
+    #[test]
+    fn a_wrong_key_or_a_dead_n8n_never_gets_in_the_way() {
+        let n8n = FakeN8n::start();
+        let (s, _key) = server(&n8n, "not-the-key");
+        let id = error_trigger(&s, "82");
+        let rec = wait_state(&s, id, "pending");
+        assert!(rec["enrichment"]["detail"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("refused the API key (401)"));
+        let ready = s.get("/readyz");
+        assert_eq!(
+            ready.status, 200,
+            "n8n's state never makes deadletter unready"
+        );
+        assert!(ready.json["n8n_api"].as_str().unwrap().contains("refused"));
+        let metrics = s.get("/metrics").text;
+        assert!(
+            metrics.contains("dlq_n8n_api_errors_total{kind=\"refused\"}"),
+            "{metrics}"
+        );
+        // Ingest goes on as ever.
+        for n in 0..20 {
+            assert_eq!(
+                s.post("/v1/dead-letters", json!({"payload": {"n": n}}).to_string())
+                    .status,
+                201
+            );
+        }
+        // n8n not there at all: the same.
+        let (s2, _k) = {
+            let key_file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(key_file.path(), KEY).unwrap();
+            let s = Server::start_with(&format!(
+                "[n8n]\nbase_url = \"http://127.0.0.1:9\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\ntimeout = \"500ms\"\n",
+                key_file.path().display()
+            ));
+            (s, key_file)
+        };
+        let id = error_trigger(&s2, "83");
+        let rec = wait_state(&s2, id, "pending");
+        assert!(rec["enrichment"]["detail"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable"));
+        assert_eq!(s2.get("/readyz").status, 200);
+    }
+}
