@@ -68,6 +68,9 @@ pub struct N8nConfig {
     pub tick: Duration,
     /// Keep trying (n8n down, key refused) this long after a record arrived, then give up.
     pub give_up_after: Duration,
+    /// Page through n8n's failed executions and create records for the ones never reported.
+    pub reconcile: bool,
+    pub reconcile_every: Duration,
 }
 
 /// Alert rules, evaluated every `evaluate_every`, posted to one webhook.
@@ -464,6 +467,8 @@ struct RawN8n {
     concurrency: u64,
     tick: String,
     give_up_after: String,
+    reconcile: bool,
+    reconcile_every: String,
 }
 
 impl Default for RawN8n {
@@ -476,6 +481,8 @@ impl Default for RawN8n {
             concurrency: 2,
             tick: "2s".into(),
             give_up_after: "1d".into(),
+            reconcile: true,
+            reconcile_every: "5m".into(),
         }
     }
 }
@@ -1426,6 +1433,7 @@ fn validate_n8n(raw: RawN8n, problems: &mut Vec<String>) -> Option<N8nConfig> {
     let timeout = duration(problems, "n8n.timeout", &raw.timeout);
     let tick = duration(problems, "n8n.tick", &raw.tick);
     let give_up_after = duration(problems, "n8n.give_up_after", &raw.give_up_after);
+    let reconcile_every = duration(problems, "n8n.reconcile_every", &raw.reconcile_every);
     let concurrency = in_range(
         &mut |p| problems.push(p),
         "n8n.concurrency",
@@ -1444,6 +1452,8 @@ fn validate_n8n(raw: RawN8n, problems: &mut Vec<String>) -> Option<N8nConfig> {
         concurrency: concurrency as usize,
         tick: tick?,
         give_up_after: give_up_after?,
+        reconcile: raw.reconcile,
+        reconcile_every: reconcile_every?,
     })
 }
 

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub alerts_failed: Family<Labels, Counter>,
     /// Calls to n8n's API that did not bring an execution, by kind.
     pub n8n_api_errors: Family<Labels, Counter>,
+    /// Failed executions found in n8n that never reached deadletter, by workflow.
+    pub n8n_reconciled: Family<Labels, Counter>,
     /// Totals across labels, for the alert rules' windows.
     pub ingress_all: Counter,
     pub replay_ok_all: Counter,
@@ -88,6 +90,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     alerts_suppressed: Family::default(),
     alerts_failed: Family::default(),
     n8n_api_errors: Family::default(),
+    n8n_reconciled: Family::default(),
     ingress_all: Counter::default(),
     replay_ok_all: Counter::default(),
     replay_failed_all: Counter::default(),
@@ -268,6 +271,11 @@ pub fn render(snap: Snapshot) -> String {
         "dlq_n8n_api_errors",
         "Calls to n8n's API that did not bring an execution, by kind (not_found, refused, unreachable)",
         m.n8n_api_errors.clone(),
+    );
+    r.register(
+        "dlq_n8n_reconciled",
+        "Failed executions found in n8n that never reached deadletter (a workflow without an Error Workflow?), by workflow",
+        m.n8n_reconciled.clone(),
     );
 
     let depth = Family::<Labels, Gauge>::default();

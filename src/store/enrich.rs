@@ -200,3 +200,33 @@ pub fn state(conn: &Connection, id: i64) -> Result<(Option<String>, Option<Value
         .optional()?
         .unwrap_or((None, None)))
 }
+
+/// Does a record (open or closed) already stand for this n8n execution?
+pub fn known_execution(
+    conn: &Connection,
+    workflow_id: &str,
+    execution_id: &str,
+) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM dead_letters WHERE execution_id = ?1 AND workflow_id = ?2 LIMIT 1",
+        )?
+        .exists(params![execution_id, workflow_id])?)
+}
+
+/// A named number kept in the database (`counters`), e.g. the reconciliation watermark.
+pub fn counter(conn: &Connection, name: &str) -> Result<Option<i64>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT value FROM counters WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()?)
+}
+
+pub fn set_counter(conn: &Connection, name: &str, value: i64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO counters (name, value) VALUES (?1, ?2)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![name, value])?;
+    Ok(())
+}

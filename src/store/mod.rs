@@ -262,6 +262,18 @@ impl ReadPool {
         self.with(|c| enrich::candidates(c, now_ms, limit))
     }
 
+    pub fn known_execution(
+        &self,
+        workflow_id: &str,
+        execution_id: &str,
+    ) -> Result<bool, StoreError> {
+        self.with(|c| enrich::known_execution(c, workflow_id, execution_id))
+    }
+
+    pub fn counter(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        self.with(|c| enrich::counter(c, name))
+    }
+
     pub fn gauges(&self) -> Result<stats::Gauges, StoreError> {
         self.with(stats::gauges)
     }

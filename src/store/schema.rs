@@ -296,8 +296,13 @@ CREATE INDEX dead_letters_to_enrich ON dead_letters(enrich_after)
       AND (enrichment IS NULL OR enrichment = 'pending');
 ";
 
+/// n8n reconciliation: finding a record by its n8n execution (is this failure known?).
+const V9: &str = "
+CREATE INDEX dead_letters_execution ON dead_letters(execution_id) WHERE execution_id IS NOT NULL;
+";
+
 /// Every migration, in order. Append only; never edit one that has shipped.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 

@@ -49,6 +49,7 @@ enum Op {
     Import(Box<ImportBatch>),
     Vacuum { pages: u32 },
     Enrich(Box<Enrich>),
+    SetCounter { name: &'static str, value: i64 },
 }
 
 /// Lines of an export to apply in one transaction, encoded as this store encodes documents.
@@ -74,6 +75,7 @@ enum Done {
     Imported(Imported, Vec<i64>),
     Vacuumed(usize),
     Enriched,
+    CounterSet,
 }
 
 /// What travels on the writer's channel.
@@ -290,6 +292,16 @@ impl Writer {
     pub async fn enrich(&self, e: Enrich) -> Result<(), StoreError> {
         match self.call(Op::Enrich(Box::new(e))).await? {
             Done::Enriched => Ok(()),
+            _ => Err(StoreError::Corrupt(
+                "writer answered another request".into(),
+            )),
+        }
+    }
+
+    /// Keep a named number (e.g. the n8n reconciliation watermark).
+    pub async fn set_counter(&self, name: &'static str, value: i64) -> Result<(), StoreError> {
+        match self.call(Op::SetCounter { name, value }).await? {
+            Done::CounterSet => Ok(()),
             _ => Err(StoreError::Corrupt(
                 "writer answered another request".into(),
             )),
@@ -522,6 +534,10 @@ fn apply_op(conn: &Connection, op: &Op, poison: PoisonRule) -> Result<Done, Stor
         Op::CreateJob(j) => Done::JobCreated(jobs::create(conn, j)?),
         Op::MoveJob(m) => Done::JobMoved(jobs::apply_move(conn, m)?),
         Op::Vacuum { pages } => Done::Vacuumed(vacuum(conn, Some(*pages))?),
+        Op::SetCounter { name, value } => {
+            enrich::set_counter(conn, name, *value)?;
+            Done::CounterSet
+        }
         Op::Enrich(e) => {
             enrich::apply(conn, e)?;
             Done::Enriched

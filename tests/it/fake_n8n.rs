@@ -16,8 +16,16 @@ pub struct FakeN8n {
     asked: Arc<Mutex<Vec<String>>>,
 }
 
+/// Failed executions the list endpoint pages through (newest first), two per page.
+pub type Failed = Vec<(u64, &'static str)>;
+
 impl FakeN8n {
     pub fn start() -> FakeN8n {
+        FakeN8n::with_failed(Vec::new())
+    }
+
+    pub fn with_failed(failed: Failed) -> FakeN8n {
+        let failed = Arc::new(failed);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let asked = Arc::new(Mutex::new(Vec::new()));
@@ -26,6 +34,7 @@ impl FakeN8n {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { return };
                 let log = log.clone();
+                let failed = failed.clone();
                 std::thread::spawn(move || {
                     let mut reader = BufReader::new(conn.try_clone().unwrap());
                     let mut line = String::new();
@@ -52,6 +61,28 @@ impl FakeN8n {
                         .unwrap_or("");
                     let (status, body) = if key.as_deref() != Some(KEY) {
                         (401, r#"{"message":"unauthorized"}"#.to_string())
+                    } else if let Some(query) = path.strip_prefix("/api/v1/executions?") {
+                        assert!(query.contains("status=error"), "{query}");
+                        let page: usize = query
+                            .split('&')
+                            .find_map(|kv| kv.strip_prefix("cursor=p"))
+                            .and_then(|n| n.parse().ok())
+                            .unwrap_or(0);
+                        let data: Vec<serde_json::Value> = failed
+                            .iter()
+                            .skip(page * 2)
+                            .take(2)
+                            .map(|(id, wf)| {
+                                serde_json::json!({"id": id.to_string(), "status": "error", "mode": "webhook",
+                                                   "workflowId": wf, "finished": false})
+                            })
+                            .collect();
+                        let next =
+                            (failed.len() > (page + 1) * 2).then(|| format!("p{}", page + 1));
+                        (
+                            200,
+                            serde_json::json!({"data": data, "nextCursor": next}).to_string(),
+                        )
                     } else if id == "404" {
                         (404, r#"{"message":"Not Found"}"#.to_string())
                     } else {
@@ -63,6 +94,10 @@ impl FakeN8n {
                         ))
                         .unwrap();
                         exec["id"] = serde_json::json!(id);
+                        if let Some((_, wf)) = failed.iter().find(|(f, _)| f.to_string() == id) {
+                            exec["workflowId"] = serde_json::json!(wf);
+                            exec["workflowData"]["id"] = serde_json::json!(wf);
+                        }
                         exec["data"]["resultData"]["runData"]["Webhook"][0]["data"]["main"][0][0]
                             ["json"]["headers"]["authorization"] = serde_json::json!(PLANTED);
                         (200, exec.to_string())

@@ -347,4 +347,90 @@ mod connector {
             .contains("unreachable"));
         assert_eq!(s2.get("/readyz").status, 200);
     }
+
+    #[test]
+    fn reconciliation_creates_records_for_failures_n8n_never_reported_once() {
+        let n8n = FakeN8n::with_failed(vec![
+            (105, "wfNoErrorFlow01"),
+            (104, "wfNoErrorFlow01"),
+            (103, "dlqMainWf0000001"),
+            (102, "wfNoErrorFlow02"),
+            (101, "dlqMainWf0000001"),
+        ]);
+        let key_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(key_file.path(), KEY).unwrap();
+        // No reconciliation until the Error Workflow's record for 103 is in.
+        let config = format!(
+            "[n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\nreconcile = false\n",
+            n8n.url,
+            key_file.path().display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Server::start_in(dir.path(), &config).unwrap();
+        let mut body: Value =
+            serde_json::from_slice(&fixture("error-trigger-body.raw.json")).unwrap();
+        body["execution"]["id"] = json!("103");
+        body["workflow"]["id"] = json!("dlqMainWf0000001");
+        assert_eq!(
+            s.post("/v1/n8n/error-trigger", body.to_string()).status,
+            201
+        );
+        s.terminate();
+        let mut s = Server::start_in(
+            dir.path(),
+            &config.replace(
+                "reconcile = false",
+                "reconcile = true\nreconcile_every = \"300ms\"",
+            ),
+        )
+        .unwrap();
+        let list = |s: &Server| {
+            s.get("/v1/dead-letters?limit=100").json["items"]
+                .as_array()
+                .unwrap()
+                .clone()
+        };
+        let items = eventually("four failures found", Duration::from_secs(10), || {
+            let items = list(&s);
+            (items.len() == 5).then_some(items)
+        });
+        let mut executions: Vec<&str> = items
+            .iter()
+            .map(|r| r["execution_id"].as_str().unwrap())
+            .collect();
+        executions.sort();
+        assert_eq!(
+            executions,
+            ["101", "102", "103", "104", "105"],
+            "103 was known: not twice"
+        );
+        let metrics = s.get("/metrics").text;
+        assert!(
+            metrics.contains("dlq_n8n_reconciled_total{workflow_id=\"wfNoErrorFlow01\"} 2"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("dlq_n8n_reconciled_total{workflow_id=\"wfNoErrorFlow02\"} 1"));
+        assert!(metrics.contains("dlq_n8n_reconciled_total{workflow_id=\"dlqMainWf0000001\"} 1"));
+        // Each found one is then enriched like an Error Trigger record, and says who found it.
+        let found = items.iter().find(|r| r["execution_id"] == "105").unwrap()["id"]
+            .as_i64()
+            .unwrap();
+        let rec = wait_state(&s, found, "enriched");
+        assert_eq!(rec["events"][0]["actor"], "n8n-reconciliation");
+        assert_eq!(rec["workflow_id"], "wfNoErrorFlow01");
+        assert_eq!(rec["payload"]["body"]["orderId"], "A-1001");
+        // Paged through with the cursor; later rounds stop at the watermark and add nothing.
+        let asked = n8n.asked();
+        assert!(asked.iter().any(|p| p.contains("cursor=p2")), "{asked:?}");
+        eventually("another round", Duration::from_secs(10), || {
+            let rounds = n8n
+                .asked()
+                .iter()
+                .filter(|p| p.starts_with("/api/v1/executions?") && !p.contains("cursor"))
+                .count();
+            (rounds >= 2).then_some(())
+        });
+        assert_eq!(list(&s).len(), 5);
+        s.terminate();
+    }
 }

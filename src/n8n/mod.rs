@@ -5,6 +5,10 @@
 //! webhook workflow, the webhook item: what a replay re-posts) as the payload when the record
 //! has none, and the failing node's input items, both redacted like any payload.
 //!
+//! Reconciliation (`reconcile.rs`): every `n8n.reconcile_every`, deadletter pages through n8n's
+//! failed executions newer than the last one it saw and creates a record for each one it never
+//! heard of — the workflows without an Error Workflow.
+//!
 //! A 404 means n8n no longer has the execution (pruned, or failed executions not saved): the
 //! record becomes `unavailable`, with the reason. n8n down or the key refused: the record stays
 //! `pending` and is tried again with backoff, until `n8n.give_up_after`. The API's state is
@@ -18,6 +22,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+mod reconcile;
+pub use reconcile::{error_trigger_body, reconcile_once, Reconciled};
+
 use crate::config::{N8nConfig, SecretSource};
 use crate::ingest::Ingestor;
 use crate::metrics::METRICS;
@@ -28,7 +35,7 @@ use crate::store::Store;
 pub static API_STATE: LazyLock<Mutex<String>> =
     LazyLock::new(|| Mutex::new("not used".to_string()));
 
-fn set_state(s: &str) {
+pub(crate) fn set_state(s: &str) {
     let mut cur = API_STATE.lock().unwrap_or_else(|p| p.into_inner());
     if *cur != s {
         if s == "ok" {
@@ -52,7 +59,7 @@ pub enum FetchError {
 }
 
 impl FetchError {
-    fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             FetchError::NotFound => "not_found",
             FetchError::Refused(_) => "refused",
@@ -79,6 +86,40 @@ impl Client {
             base: cfg.base_url.clone(),
             key,
         })
+    }
+
+    /// One page of failed executions (newest first, no run data) and the cursor of the next.
+    pub async fn failed_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>), FetchError> {
+        let key = self.key.read().map_err(FetchError::Unreachable)?;
+        let mut req = self
+            .http
+            .get(format!("{}/api/v1/executions", self.base))
+            .query(&[("status", "error"), ("limit", "100")])
+            .header("X-N8N-API-KEY", key)
+            .header("accept", "application/json");
+        if let Some(c) = cursor {
+            req = req.query(&[("cursor", c)]);
+        }
+        let res = req
+            .send()
+            .await
+            .map_err(|e| FetchError::Unreachable(format!("{e}")))?;
+        match res.status().as_u16() {
+            200 => {
+                let v: Value = res
+                    .json()
+                    .await
+                    .map_err(|e| FetchError::Unreachable(format!("not JSON: {e}")))?;
+                let data = v["data"].as_array().cloned().unwrap_or_default();
+                let next = v["nextCursor"].as_str().map(str::to_owned);
+                Ok((data, next))
+            }
+            s @ (401 | 403) => Err(FetchError::Refused(s)),
+            s => Err(FetchError::Unreachable(format!("n8n answered {s}"))),
+        }
     }
 
     pub async fn execution(&self, id: &str) -> Result<Value, FetchError> {
@@ -270,20 +311,25 @@ pub async fn run(
     ingestor: std::sync::Arc<Ingestor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    if !cfg.enrich {
+    if !cfg.enrich && !cfg.reconcile {
         return;
     }
     let Some(client) = Client::new(&cfg) else {
         return;
     };
+    let mut next_reconcile = tokio::time::Instant::now();
     set_state("not checked yet");
     let client = std::sync::Arc::new(client);
     // Tries per record in this process (the backoff's exponent); a restart starts over.
     let mut tries: std::collections::HashMap<i64, u32> = Default::default();
     loop {
+        if cfg.reconcile && tokio::time::Instant::now() >= next_reconcile {
+            next_reconcile = tokio::time::Instant::now() + cfg.reconcile_every;
+            reconcile::round(&store, &client, &ingestor, &cfg.base_url).await;
+        }
         let now = chrono::Utc::now().timestamp_millis();
         let readers = store.readers.clone();
-        let limit = cfg.concurrency * 4;
+        let limit = if cfg.enrich { cfg.concurrency * 4 } else { 0 };
         let due = tokio::task::spawn_blocking(move || readers.enrich_candidates(now, limit))
             .await
             .ok()
@@ -351,7 +397,7 @@ mod tests {
     #[test]
     fn the_trigger_item_and_the_failing_nodes_inputs_come_out_of_a_real_execution() {
         let exec: Value = serde_json::from_str(include_str!(
-            "../tests/fixtures/n8n/public-api-execution.json"
+            "../../tests/fixtures/n8n/public-api-execution.json"
         ))
         .unwrap();
         let x = extract(&exec);
