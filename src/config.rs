@@ -68,6 +68,9 @@ pub struct N8nConfig {
     pub tick: Duration,
     /// Keep trying (n8n down, key refused) this long after a record arrived, then give up.
     pub give_up_after: Duration,
+    /// Replay an Error Trigger record whose payload is a webhook item (fetched from n8n) to
+    /// that webhook, without a `[[targets]]` entry.
+    pub replay_to_webhook: bool,
     /// Page through n8n's failed executions and create records for the ones never reported.
     pub reconcile: bool,
     pub reconcile_every: Duration,
@@ -469,6 +472,7 @@ struct RawN8n {
     give_up_after: String,
     reconcile: bool,
     reconcile_every: String,
+    replay_to_webhook: bool,
 }
 
 impl Default for RawN8n {
@@ -483,6 +487,7 @@ impl Default for RawN8n {
             give_up_after: "1d".into(),
             reconcile: true,
             reconcile_every: "5m".into(),
+            replay_to_webhook: true,
         }
     }
 }
@@ -1454,6 +1459,7 @@ fn validate_n8n(raw: RawN8n, problems: &mut Vec<String>) -> Option<N8nConfig> {
         give_up_after: give_up_after?,
         reconcile: raw.reconcile,
         reconcile_every: reconcile_every?,
+        replay_to_webhook: raw.replay_to_webhook,
     })
 }
 

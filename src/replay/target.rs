@@ -22,6 +22,9 @@ pub struct Targets {
     targets: Vec<TargetConfig>,
     defaults: TargetSettings,
     use_payload_webhook_url: bool,
+    /// n8n connector: an Error Trigger record whose payload is a webhook item (from n8n's API)
+    /// goes back to that webhook by default.
+    n8n_webhook: bool,
 }
 
 impl Targets {
@@ -30,11 +33,14 @@ impl Targets {
             targets: config.targets.clone(),
             defaults: config.delivery.defaults.clone(),
             use_payload_webhook_url: config.delivery.use_payload_webhook_url,
+            n8n_webhook: config.n8n.replay_to_webhook,
         }
     }
 
     /// The record's own replay_url first, then the first configured target whose partitions
-    /// or workflows (id or name) match, then (when allowed) the webhook the item came from.
+    /// or workflows (id or name) match, then the webhook the item came from — by default for
+    /// an Error Trigger record whose payload is n8n's webhook item (`n8n.replay_to_webhook`),
+    /// for any record with `delivery.use_payload_webhook_url`.
     pub fn resolve(&self, rec: &RecordSummary, payload: Option<&Value>) -> Option<ResolvedTarget> {
         if let Some(url) = &rec.facts.replay_url {
             return Some(ResolvedTarget {
@@ -57,7 +63,9 @@ impl Targets {
                 settings: t.settings.clone(),
             });
         }
-        if self.use_payload_webhook_url {
+        let from_error_trigger =
+            self.n8n_webhook && rec.source == crate::model::Source::ErrorTrigger.as_str();
+        if self.use_payload_webhook_url || from_error_trigger {
             if let Some(url) = payload
                 .filter(|p| is_webhook_item(p))
                 .and_then(|p| p["webhookUrl"].as_str())

@@ -25,7 +25,13 @@ impl FakeN8n {
     }
 
     pub fn with_failed(failed: Failed) -> FakeN8n {
+        FakeN8n::serving(failed, None)
+    }
+
+    /// With the webhook item's `webhookUrl` pointing at `webhook` (a test target).
+    pub fn serving(failed: Failed, webhook: Option<String>) -> FakeN8n {
         let failed = Arc::new(failed);
+        let webhook = Arc::new(webhook);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let asked = Arc::new(Mutex::new(Vec::new()));
@@ -35,6 +41,7 @@ impl FakeN8n {
                 let Ok(mut conn) = conn else { return };
                 let log = log.clone();
                 let failed = failed.clone();
+                let webhook = webhook.clone();
                 std::thread::spawn(move || {
                     let mut reader = BufReader::new(conn.try_clone().unwrap());
                     let mut line = String::new();
@@ -100,6 +107,10 @@ impl FakeN8n {
                         }
                         exec["data"]["resultData"]["runData"]["Webhook"][0]["data"]["main"][0][0]
                             ["json"]["headers"]["authorization"] = serde_json::json!(PLANTED);
+                        if let Some(w) = webhook.as_ref() {
+                            exec["data"]["resultData"]["runData"]["Webhook"][0]["data"]["main"]
+                                [0][0]["json"]["webhookUrl"] = serde_json::json!(w);
+                        }
                         (200, exec.to_string())
                     };
                     let reason = match status {

@@ -433,4 +433,41 @@ mod connector {
         assert_eq!(list(&s).len(), 5);
         s.terminate();
     }
+
+    #[test]
+    fn an_enriched_webhook_record_replays_its_body_to_the_webhook_without_a_target() {
+        use crate::target::{ok, Target};
+        let hook = Target::start(vec![], ok());
+        let n8n = FakeN8n::serving(Vec::new(), Some(hook.url.clone()));
+        let key_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(key_file.path(), KEY).unwrap();
+        let s = Server::start_with(&format!(
+            "[delivery]\ntick = \"50ms\"\n[policy.unknown]\ninitial = \"review\"\n\
+             [n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\nreconcile = false\n",
+            n8n.url,
+            key_file.path().display()
+        ));
+        let id = error_trigger(&s, "90");
+        wait_state(&s, id, "enriched");
+        let r = s
+            .client
+            .post(s.url("/v1/replays"))
+            .header("content-type", "application/json")
+            .header("x-deadletter-actor", "ana")
+            .body(json!({"ids": [id]}).to_string())
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        eventually("replayed", Duration::from_secs(10), || {
+            (s.get(&format!("/v1/dead-letters/{id}")).json["status"] == "replayed").then_some(())
+        });
+        let got = hook.got();
+        assert_eq!(got.len(), 1);
+        let body: Value = serde_json::from_str(&got[0].body).unwrap();
+        assert_eq!(
+            body,
+            json!({"orderId": "A-1001", "amount": 42.5, "customer": {"email": "x@example.test"}}),
+            "the webhook's original body, unwrapped"
+        );
+    }
 }
