@@ -96,6 +96,11 @@ initial = "review"
 initial = "review"
 [policy.rate_limited]
 initial = "review"
+[n8n]
+base_url = "http://127.0.0.1:$n8n_port"
+# Written once the throwaway n8n has an owner and an API key (read at each call).
+api_key = { file = "$work/n8n-api.key" }
+tick = "200ms"
 [[auth.tokens]]
 name = "n8n"
 role = "ingest"
@@ -130,27 +135,42 @@ n8n import:credentials --input="$work/templates/credential-deadletter-ingest.jso
 for wf in error-workflow send-to-deadletter example-orders-workflow; do
   n8n import:workflow --input="$work/templates/$wf.json"
 done
-# A workflow that fails outright (no error output), to see the Error Workflow fire.
+# A workflow whose HTTP Request has no error output: when the orders API fails, the execution
+# fails and only the Error Workflow reports it (without the item: n8n's API has to supply it).
 cat > "$work/templates/failing.json" <<JSON
-{"id": "dlqE2eFailing001", "name": "e2e: fails outright", "active": false,
+{"id": "dlqE2ePlain00001", "name": "e2e: no error output", "active": false,
  "nodes": [
   {"id": "e2e00000-0000-4000-8000-000000000001", "name": "Webhook", "type": "n8n-nodes-base.webhook",
    "typeVersion": 2, "position": [0, 0], "webhookId": "e2e00000-0000-4000-8000-0000000000bb",
-   "parameters": {"httpMethod": "POST", "path": "dlq-e2e-failing", "responseMode": "onReceived", "options": {}}},
-  {"id": "e2e00000-0000-4000-8000-000000000002", "name": "Throw", "type": "n8n-nodes-base.code",
-   "typeVersion": 2, "position": [260, 0],
-   "parameters": {"mode": "runOnceForAllItems", "language": "javaScript",
-                  "jsCode": "throw new Error('e2e failure for the Error Workflow');"}}],
- "connections": {"Webhook": {"main": [[{"node": "Throw", "type": "main", "index": 0}]]}},
+   "parameters": {"httpMethod": "POST", "path": "dlq-e2e-plain", "responseMode": "onReceived", "options": {}}},
+  {"id": "e2e00000-0000-4000-8000-000000000002", "name": "Call orders API", "type": "n8n-nodes-base.httpRequest",
+   "typeVersion": 4.2, "position": [260, 0],
+   "parameters": {"method": "POST", "url": "http://127.0.0.1:$up_port/orders", "sendBody": true,
+                  "specifyBody": "json", "jsonBody": "={{ JSON.stringify(\$json.body) }}", "options": {"timeout": 5000}}}],
+ "connections": {"Webhook": {"main": [[{"node": "Call orders API", "type": "main", "index": 0}]]}},
  "settings": {"executionOrder": "v1", "errorWorkflow": "dlqErrorWf000001"}}
 JSON
 n8n import:workflow --input="$work/templates/failing.json"
-for id in dlqErrorWf000001 dlqSendToDlq0001 dlqExampleMain01 dlqE2eFailing001; do
+for id in dlqErrorWf000001 dlqSendToDlq0001 dlqExampleMain01 dlqE2ePlain00001; do
   n8n publish:workflow --id="$id"
 done
 "$n8n_bin" start > "$work/n8n.out" 2>&1 & pids+=($!)
 for _ in $(seq 600); do curl -fsS "http://127.0.0.1:$n8n_port/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -fsS "http://127.0.0.1:$n8n_port/healthz" >/dev/null || { tail -50 "$work/n8n.out"; exit 1; }
+
+say "creating n8n's owner and an API key for deadletter"
+for _ in $(seq 100); do
+  curl -fsS -c "$work/n8n.cookies" -X POST "http://127.0.0.1:$n8n_port/rest/owner/setup" \
+    -H 'content-type: application/json' \
+    -d '{"email":"owner@example.test","firstName":"E2E","lastName":"Owner","password":"E2e-password-123"}' \
+    > "$work/owner.json" 2>/dev/null && break
+  sleep 0.3   # "n8n is starting up"
+done
+curl -fsS -b "$work/n8n.cookies" -X POST "http://127.0.0.1:$n8n_port/rest/api-keys" \
+  -H 'content-type: application/json' \
+  -d '{"label":"deadletter","expiresAt":null,"scopes":["execution:read","execution:list","execution:retry","workflow:read"]}' \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["rawApiKey"], end="")' > "$work/n8n-api.key"
+[ -s "$work/n8n-api.key" ] || { echo "no API key"; exit 1; }
 # The webhook answers once its workflow is active.
 for _ in $(seq 100); do
   code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$n8n_port/webhook/dlq-example-orders" \
@@ -186,35 +206,48 @@ PY
 payload=$(curl -fsS -H "Authorization: Bearer $operator_token" "http://127.0.0.1:$dl_port/v1/dead-letters/$id/payload")
 echo "$payload" | python3 -c 'import json,sys; p=json.load(sys.stdin); assert p["body"]["orderId"]=="E2E-1", p; print("payload: the webhook item, body", p["body"])'
 
-say "failing a workflow outright: the Error Workflow reports it"
-curl -fsS -X POST "http://127.0.0.1:$n8n_port/webhook/dlq-e2e-failing" \
-  -H 'content-type: application/json' -d '{"n":1}' >/dev/null
-found=""
+say "a workflow without an error output fails: only the Error Workflow reports it, n8n's API adds the item"
+curl -fsS -X POST "http://127.0.0.1:$n8n_port/webhook/dlq-e2e-plain" \
+  -H 'content-type: application/json' -d '{"orderId":"E2E-2","amount":7}' >/dev/null
+plain=""
 for _ in $(seq 150); do
-  found=$(dlcli list --workflow dlqE2eFailing001 --json | python3 -c '
+  plain=$(dlcli list --workflow dlqE2ePlain00001 --json | python3 -c '
 import json, sys
 items = json.load(sys.stdin)["items"]
 print(items[0]["id"] if items else "")')
-  [ -n "$found" ] && break
+  [ -n "$plain" ] && break
   sleep 0.2
 done
-[ -n "$found" ] || { echo "the Error Workflow never reported the failure"; tail -30 "$work/n8n.out"; exit 1; }
-dlcli show "$found" --json | python3 -c '
+[ -n "$plain" ] || { echo "the Error Workflow never reported the failure"; tail -30 "$work/n8n.out"; exit 1; }
+for _ in $(seq 150); do
+  state=$(dlcli show "$plain" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["enrichment"]["state"])')
+  [ "$state" = enriched ] || [ "$state" = unavailable ] && break
+  sleep 0.2
+done
+dlcli show "$plain" --json | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
 assert r["source"] == "n8n_error_trigger", r["source"]
-assert "e2e failure for the Error Workflow" in (r.get("error_message") or ""), r
-print("record", r["id"], "from the Error Trigger:", r["error_message"])'
+assert r["enrichment"]["state"] == "enriched", r["enrichment"]
+assert r["payload"]["body"] == {"orderId": "E2E-2", "amount": 7}, r["payload"]
+print("record", r["id"], "from the Error Trigger, enriched from the n8n API:", r["enrichment"]["detail"]["trigger_node"], "->", r["enrichment"]["detail"]["failing_node"], "payload body", r["payload"]["body"])'
 
-say "fixing the orders API and replaying record $id to the webhook"
+say "fixing the orders API and replaying records $id and $plain to their webhooks"
 rm -f "$work/upstream-down"
-dlcli replay "$id" --wait
+dlcli replay "$id" "$plain" --wait
 for _ in $(seq 100); do
   grep -q 'E2E-1' "$work/upstream.log" 2>/dev/null && break
   sleep 0.2
 done
 grep -q 'E2E-1' "$work/upstream.log" || { echo "n8n never called the orders API with the replayed order"; tail -30 "$work/n8n.out"; exit 1; }
-status=$(dlcli show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')
-[ "$status" = replayed ] || { echo "record $id is $status, not replayed"; exit 1; }
+for _ in $(seq 100); do
+  grep -q 'E2E-2' "$work/upstream.log" 2>/dev/null && break
+  sleep 0.2
+done
+grep -q 'E2E-2' "$work/upstream.log" || { echo "n8n never called the orders API with the replayed E2E-2"; exit 1; }
+for r in "$id" "$plain"; do
+  status=$(dlcli show "$r" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')
+  [ "$status" = replayed ] || { echo "record $r is $status, not replayed"; exit 1; }
+done
 
-say "passed in $(( $(date +%s) - started )) s: n8n's failure reached deadletter with its item, and the replay ran the workflow"
+say "passed in $(( $(date +%s) - started )) s: both failures reached deadletter with their items (one through the sub-workflow, one through the Error Workflow and n8n's API), and the replays ran the workflows"
