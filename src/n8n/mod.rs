@@ -58,6 +58,16 @@ pub enum FetchError {
     Unreachable(String),
 }
 
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::NotFound => write!(f, "n8n does not have that execution (404)"),
+            FetchError::Refused(s) => write!(f, "the API key was refused ({s})"),
+            FetchError::Unreachable(m) => write!(f, "unreachable: {m}"),
+        }
+    }
+}
+
 impl FetchError {
     pub(crate) fn kind(&self) -> &'static str {
         match self {
@@ -318,7 +328,8 @@ pub async fn run(
         return;
     };
     let mut next_reconcile = tokio::time::Instant::now();
-    set_state("not checked yet");
+    // Quietly: only changes after the first call are news.
+    *API_STATE.lock().unwrap_or_else(|p| p.into_inner()) = "not checked yet".into();
     let client = std::sync::Arc::new(client);
     // Tries per record in this process (the backoff's exponent); a restart starts over.
     let mut tries: std::collections::HashMap<i64, u32> = Default::default();

@@ -170,7 +170,7 @@ pub(super) async fn round(store: &Store, client: &Client, ingestor: &Ingestor, b
                 .n8n_api_errors
                 .get_or_create(&vec![("kind", e.kind().to_owned())])
                 .inc();
-            set_state(&format!("reconciliation failed: {e:?}"));
+            set_state(&format!("reconciliation failed: {e}"));
         }
     }
 }
