@@ -71,6 +71,11 @@ pub struct N8nConfig {
     /// Replay an Error Trigger record whose payload is a webhook item (fetched from n8n) to
     /// that webhook, without a `[[targets]]` entry.
     pub replay_to_webhook: bool,
+    /// Replay an Error Trigger record that has no webhook item (and no edited payload) with
+    /// n8n's own retry of its execution.
+    pub replay_with_retry: bool,
+    /// n8n's retry with the workflow as it is now (true) or as it was when it failed (false).
+    pub retry_load_workflow: bool,
     /// Page through n8n's failed executions and create records for the ones never reported.
     pub reconcile: bool,
     pub reconcile_every: Duration,
@@ -473,6 +478,8 @@ struct RawN8n {
     reconcile: bool,
     reconcile_every: String,
     replay_to_webhook: bool,
+    replay_with_retry: bool,
+    retry_load_workflow: bool,
 }
 
 impl Default for RawN8n {
@@ -488,6 +495,8 @@ impl Default for RawN8n {
             reconcile: true,
             reconcile_every: "5m".into(),
             replay_to_webhook: true,
+            replay_with_retry: true,
+            retry_load_workflow: true,
         }
     }
 }
@@ -1460,6 +1469,8 @@ fn validate_n8n(raw: RawN8n, problems: &mut Vec<String>) -> Option<N8nConfig> {
         reconcile: raw.reconcile,
         reconcile_every: reconcile_every?,
         replay_to_webhook: raw.replay_to_webhook,
+        replay_with_retry: raw.replay_with_retry,
+        retry_load_workflow: raw.retry_load_workflow,
     })
 }
 

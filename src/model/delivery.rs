@@ -40,6 +40,10 @@ pub enum BodyMode {
     WebhookBody,
     /// `{...payload, "replay": true, "replay_dlq_id": id}`.
     Wrapped,
+    /// n8n's own retry of the failed execution (`POST /api/v1/executions/{id}/retry`): the
+    /// body is `{"loadWorkflow": …}`, the payload is not sent (n8n has the data). Chosen by the
+    /// n8n connector, not in the config.
+    N8nRetry { load_workflow: bool },
 }
 
 impl BodyMode {
@@ -68,6 +72,11 @@ pub fn shape_body(mode: BodyMode, raw: &str, record_id: i64) -> Result<Vec<u8>, 
     let parsed =
         || serde_json::from_str::<Value>(raw).map_err(|e| format!("the payload is not JSON: {e}"));
     match mode {
+        BodyMode::N8nRetry { load_workflow } => {
+            Ok(serde_json::json!({ "loadWorkflow": load_workflow })
+                .to_string()
+                .into_bytes())
+        }
         BodyMode::AsIs => Ok(raw.as_bytes().to_vec()),
         BodyMode::Auto => {
             let v = parsed()?;

@@ -208,7 +208,9 @@ pub fn execution_id(answer: &str) -> Option<String> {
     let found = v
         .get("executionId")
         .or_else(|| v.get("execution_id"))
-        .or_else(|| v.pointer("/data/executionId"))?;
+        .or_else(|| v.pointer("/data/executionId"))
+        // n8n's retry answers with the new execution itself.
+        .or_else(|| v.get("retryOf").and(v.get("id")))?;
     match found {
         serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
         serde_json::Value::Number(n) => Some(n.to_string()),

@@ -250,19 +250,32 @@ impl Scheduler {
                 "idempotency key {key} was already delivered (record {other})"
             )));
         }
-        let Some(payload) = payload else {
-            return Ok(ItemResult::Skipped(
-                "no payload to send (an Error Trigger record carries only the error)".into(),
-            ));
-        };
-        let value = serde_json::from_str(&payload.json).ok();
+        let value = payload
+            .as_ref()
+            .and_then(|p| serde_json::from_str(&p.json).ok());
         let Some(target) = self.targets.resolve(&rec, value.as_ref()) else {
             return Ok(ItemResult::Skipped(
                 "no replay target: give the record a replay_url or add a [[targets]] entry".into(),
             ));
         };
+        let (payload_version, payload_json) = match payload {
+            Some(p) => (p.version, p.json),
+            // n8n's retry needs no payload: n8n has the execution's data.
+            None if matches!(
+                target.settings.body,
+                crate::model::delivery::BodyMode::N8nRetry { .. }
+            ) =>
+            {
+                (0, String::new())
+            }
+            None => {
+                return Ok(ItemResult::Skipped(
+                    "no payload to send (an Error Trigger record carries only the error; give deadletter an n8n API key to fetch it)".into(),
+                ))
+            }
+        };
         // Re-validate: the body must still be buildable from the payload.
-        let body = match shape_body(target.settings.body, &payload.json, rec.id) {
+        let body = match shape_body(target.settings.body, &payload_json, rec.id) {
             Ok(b) => b,
             Err(e) => {
                 return Ok(ItemResult::Failed(
@@ -356,7 +369,7 @@ impl Scheduler {
         );
         let detail = json!({
             "target": target.name, "status_code": sent.status, "attempt": claimed.attempt,
-            "idempotency_key": key, "error": sent.error, "payload_version": payload.version,
+            "idempotency_key": key, "error": sent.error, "payload_version": payload_version,
         });
         self.store
             .writer
@@ -369,7 +382,7 @@ impl Scheduler {
                     started_at_ms,
                     &target,
                     key.clone(),
-                    payload.version,
+                    payload_version,
                     &sent,
                 ),
                 next,

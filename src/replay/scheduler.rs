@@ -23,7 +23,7 @@ use super::dispatcher::{Dispatcher, Outgoing, Sent, Verdict};
 use super::gate::{BreakerState, Gate};
 use super::target::{ResolvedTarget, Targets};
 use crate::config::Config;
-use crate::model::delivery::shape_body;
+use crate::model::delivery::{shape_body, BodyMode};
 use crate::model::{FailureClass, Status};
 use crate::store::{AttemptRecord, Claim, Claimed, Finish, Next, RecordSummary, Store, StoreError};
 
@@ -203,9 +203,16 @@ impl Scheduler {
                 self.give_up(&rec, "no replay target: give the record a replay_url or add a [[targets]] entry that matches it").await?;
                 continue;
             };
-            let Some(payload) = payload else {
-                self.give_up(&rec, "no payload to send: an Error Trigger record carries only the error; add the payload with an edit").await?;
-                continue;
+            let payload = match payload {
+                Some(p) => (p.version, p.json),
+                // n8n's retry needs no payload: n8n has the execution's data.
+                None if matches!(target.settings.body, BodyMode::N8nRetry { .. }) => {
+                    (0, String::new())
+                }
+                None => {
+                    self.give_up(&rec, "no payload to send: an Error Trigger record carries only the error; add the payload with an edit, or give deadletter an n8n API key").await?;
+                    continue;
+                }
             };
             if !self.enter(&target) {
                 continue;
@@ -227,15 +234,8 @@ impl Scheduler {
             };
             let me = Arc::clone(self);
             sends.spawn(async move {
-                me.send(
-                    rec,
-                    target,
-                    owner,
-                    claimed.attempt,
-                    payload.version,
-                    payload.json,
-                )
-                .await;
+                me.send(rec, target, owner, claimed.attempt, payload.0, payload.1)
+                    .await;
             });
         }
         Ok(())

@@ -25,6 +25,15 @@ pub struct Targets {
     /// n8n connector: an Error Trigger record whose payload is a webhook item (from n8n's API)
     /// goes back to that webhook by default.
     n8n_webhook: bool,
+    /// n8n connector: n8n's retry of the execution, for an Error Trigger record without one.
+    n8n_retry: Option<N8nRetry>,
+}
+
+#[derive(Debug, Clone)]
+struct N8nRetry {
+    base_url: String,
+    key: crate::config::SecretSource,
+    load_workflow: bool,
 }
 
 impl Targets {
@@ -34,6 +43,16 @@ impl Targets {
             defaults: config.delivery.defaults.clone(),
             use_payload_webhook_url: config.delivery.use_payload_webhook_url,
             n8n_webhook: config.n8n.replay_to_webhook,
+            n8n_retry: config
+                .n8n
+                .api_key
+                .clone()
+                .filter(|_| config.n8n.replay_with_retry)
+                .map(|key| N8nRetry {
+                    base_url: config.n8n.base_url.clone(),
+                    key,
+                    load_workflow: config.n8n.retry_load_workflow,
+                }),
         }
     }
 
@@ -75,6 +94,30 @@ impl Targets {
                     name: format!("webhook {}", host(url)),
                     url: url.to_owned(),
                     settings: self.defaults.clone(),
+                });
+            }
+        }
+        // Last: n8n retries the execution itself (not for an edited payload: n8n would run
+        // the original data, not the fix).
+        if let (Some(r), Some(exec)) = (&self.n8n_retry, &rec.facts.execution_id) {
+            let edited = rec.payload_version.is_some_and(|v| v > 1);
+            if rec.source == crate::model::Source::ErrorTrigger.as_str() && !edited {
+                let mut settings = self.defaults.clone();
+                settings.method = "POST".into();
+                settings.body = crate::model::delivery::BodyMode::N8nRetry {
+                    load_workflow: r.load_workflow,
+                };
+                settings
+                    .secret_headers
+                    .push(("X-N8N-API-KEY".into(), r.key.clone()));
+                let id: String = exec
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                    .collect();
+                return Some(ResolvedTarget {
+                    name: format!("n8n retry {}", host(&r.base_url)),
+                    url: format!("{}/api/v1/executions/{id}/retry", r.base_url),
+                    settings,
                 });
             }
         }

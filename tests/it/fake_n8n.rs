@@ -48,8 +48,10 @@ impl FakeN8n {
                     if reader.read_line(&mut line).is_err() {
                         return;
                     }
+                    let method = line.split_whitespace().next().unwrap_or("").to_owned();
                     let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
                     let mut key = None;
+                    let mut length = 0usize;
                     loop {
                         let mut h = String::new();
                         if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
@@ -59,9 +61,20 @@ impl FakeN8n {
                             if k.eq_ignore_ascii_case("x-n8n-api-key") {
                                 key = Some(v.trim().to_owned());
                             }
+                            if k.eq_ignore_ascii_case("content-length") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
                         }
                     }
-                    log.lock().unwrap().push(path.clone());
+                    let mut body_in = vec![0u8; length];
+                    let _ = std::io::Read::read_exact(&mut reader, &mut body_in);
+                    if method == "POST" {
+                        log.lock()
+                            .unwrap()
+                            .push(format!("POST {path} {}", String::from_utf8_lossy(&body_in)));
+                    } else {
+                        log.lock().unwrap().push(path.clone());
+                    }
                     let id = path
                         .strip_prefix("/api/v1/executions/")
                         .and_then(|r| r.split('?').next())
@@ -89,6 +102,13 @@ impl FakeN8n {
                         (
                             200,
                             serde_json::json!({"data": data, "nextCursor": next}).to_string(),
+                        )
+                    } else if let Some(retried) = id.strip_suffix("/retry") {
+                        (
+                            200,
+                            serde_json::json!({"id": "555", "retryOf": retried, "status": "success",
+                                               "mode": "retry", "finished": true})
+                            .to_string(),
                         )
                     } else if id == "404" {
                         (404, r#"{"message":"Not Found"}"#.to_string())

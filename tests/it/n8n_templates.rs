@@ -470,4 +470,50 @@ mod connector {
             "the webhook's original body, unwrapped"
         );
     }
+
+    #[test]
+    fn a_record_without_a_webhook_item_replays_as_n8ns_own_retry() {
+        let n8n = FakeN8n::start();
+        let key_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(key_file.path(), KEY).unwrap();
+        let s = Server::start_with(&format!(
+            "[delivery]\ntick = \"50ms\"\n[policy.unknown]\ninitial = \"review\"\n\
+             [n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\nreconcile = false\n\
+             retry_load_workflow = false\n",
+            n8n.url,
+            key_file.path().display()
+        ));
+        // n8n no longer has its data (404): no payload, so a replay asks n8n to retry.
+        let id = error_trigger(&s, "404");
+        wait_state(&s, id, "unavailable");
+        let r = s
+            .client
+            .post(s.url("/v1/replays"))
+            .header("content-type", "application/json")
+            .header("x-deadletter-actor", "ana")
+            .body(json!({"ids": [id]}).to_string())
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201, "{:?}", r.text());
+        let rec = eventually("replayed", Duration::from_secs(10), || {
+            let rec = s.get(&format!("/v1/dead-letters/{id}")).json;
+            (rec["status"] == "replayed").then_some(rec)
+        });
+        let sent: Vec<String> = n8n
+            .asked()
+            .into_iter()
+            .filter(|p| p.starts_with("POST "))
+            .collect();
+        assert_eq!(
+            sent,
+            [r#"POST /api/v1/executions/404/retry {"loadWorkflow":false}"#],
+            "n8n's retry, with the configured loadWorkflow"
+        );
+        let attempt = &rec["deliveries"][0];
+        assert_eq!(
+            attempt["downstream_execution_id"], "555",
+            "the new n8n execution"
+        );
+        assert!(attempt["target"].as_str().unwrap().starts_with("n8n retry"));
+    }
 }
