@@ -97,6 +97,8 @@ pub async fn track(req: Request, next: Next) -> Response {
 pub async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let now = chrono::Utc::now().timestamp_millis();
     let money = state.config.metrics.money_partitions.clone();
-    let s = read(&state.store.readers, move |p| p.stats(now, &money)).await?;
+    let mut s = read(&state.store.readers, move |p| p.stats(now, &money)).await?;
+    // What the last call to n8n's API found ("not used" without an API key).
+    s.n8n_api = crate::n8n::API_STATE.lock().map(|s| s.clone()).ok();
     Ok(axum::Json(s).into_response())
 }

@@ -196,6 +196,10 @@ impl Scheduler {
             let payload = tokio::task::spawn_blocking(move || readers.payload(id, version))
                 .await
                 .map_err(|e| StoreError::Corrupt(e.to_string()))??;
+            if payload.is_none() && self.awaits_enrichment(&rec).await? {
+                // n8n's API may still bring the item (and with it the webhook to replay to).
+                continue;
+            }
             let value = payload
                 .as_ref()
                 .and_then(|p| serde_json::from_str(&p.json).ok());
@@ -239,6 +243,26 @@ impl Scheduler {
             });
         }
         Ok(())
+    }
+
+    /// Is this Error Trigger record still waiting for the n8n enricher (configured, and not yet
+    /// done with it)? Its retry waits for that rather than giving up or retrying blind.
+    async fn awaits_enrichment(&self, rec: &RecordSummary) -> Result<bool, StoreError> {
+        let n8n = &self.config.n8n;
+        if !(n8n.enrich && n8n.api_key.is_some())
+            || rec.source != crate::model::Source::ErrorTrigger.as_str()
+            || rec.facts.execution_id.is_none()
+        {
+            return Ok(false);
+        }
+        let readers = self.store.readers.clone();
+        let id = rec.id;
+        let (state, _) = tokio::task::spawn_blocking(move || {
+            readers.with(|c| crate::store::enrich::state(c, id))
+        })
+        .await
+        .map_err(|e| StoreError::Corrupt(e.to_string()))??;
+        Ok(matches!(state.as_deref(), None | Some("pending")))
     }
 
     /// Pass the target's gate: concurrency slot, rate token, breaker. False: not now.

@@ -82,6 +82,9 @@ pub struct Stats {
     pub business_loss_risk: i64,
     /// Records first seen in each of the last 24 hours, oldest first.
     pub ingress_per_hour: Vec<i64>,
+    /// GET /v1/stats only: what the last call to n8n's API found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n8n_api: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
@@ -302,6 +305,7 @@ pub fn stats(conn: &Connection, now_ms: i64, money: &[String]) -> Result<Stats, 
         slo_48h,
         business_loss_risk,
         ingress_per_hour,
+        n8n_api: None,
     })
 }
 

@@ -316,6 +316,10 @@ mod connector {
             "n8n's state never makes deadletter unready"
         );
         assert!(ready.json["n8n_api"].as_str().unwrap().contains("refused"));
+        assert!(s.get("/v1/stats").json["n8n_api"]
+            .as_str()
+            .unwrap()
+            .contains("refused"));
         let metrics = s.get("/metrics").text;
         assert!(
             metrics.contains("dlq_n8n_api_errors_total{kind=\"refused\"}"),
@@ -515,5 +519,43 @@ mod connector {
             "the new n8n execution"
         );
         assert!(attempt["target"].as_str().unwrap().starts_with("n8n retry"));
+    }
+
+    #[test]
+    fn an_automatic_retry_waits_for_the_enricher_and_goes_to_the_webhook() {
+        use crate::target::{ok, Target};
+        let hook = Target::start(vec![], ok());
+        let n8n = FakeN8n::serving(Vec::new(), Some(hook.url.clone()));
+        let key_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(key_file.path(), KEY).unwrap();
+        let s = Server::start_with(&format!(
+            "[delivery]\ntick = \"20ms\"\n\
+             [policy.transient]\nretry_base = \"10ms\"\nretry_cap = \"20ms\"\n\
+             [n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"300ms\"\nreconcile = false\n",
+            n8n.url,
+            key_file.path().display()
+        ));
+        // An HTTP 500 failure: transient, retried automatically — but only once n8n's API has
+        // supplied the item.
+        let mut body: Value =
+            serde_json::from_slice(&fixture("error-trigger-body.dlqHttp500Wf0001.raw.json"))
+                .unwrap();
+        body["execution"]["id"] = json!("91");
+        let r = s.post("/v1/n8n/error-trigger", body.to_string());
+        assert_eq!(
+            (r.status, r.json["status"].as_str()),
+            (201, Some("retry_scheduled")),
+            "{}",
+            r.text
+        );
+        let id = r.json["id"].as_i64().unwrap();
+        eventually("replayed", Duration::from_secs(10), || {
+            (s.get(&format!("/v1/dead-letters/{id}")).json["status"] == "replayed").then_some(())
+        });
+        assert_eq!(hook.got().len(), 1, "sent to the webhook");
+        assert!(
+            !n8n.asked().iter().any(|p| p.starts_with("POST ")),
+            "not retried blind through n8n before the item came"
+        );
     }
 }
