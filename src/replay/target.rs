@@ -90,10 +90,14 @@ impl Targets {
                 .and_then(|p| p["webhookUrl"].as_str())
                 .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
             {
+                let mut settings = self.defaults.clone();
+                settings
+                    .headers
+                    .extend(safe_webhook_headers(payload.unwrap_or(&Value::Null)));
                 return Some(ResolvedTarget {
                     name: format!("webhook {}", host(url)),
                     url: url.to_owned(),
-                    settings: self.defaults.clone(),
+                    settings,
                 });
             }
         }
@@ -125,6 +129,43 @@ impl Targets {
     }
 }
 
+/// The original request's headers worth sending again with a webhook replay: the caller's own
+/// `x-…` headers (an event type, a request id), never anything that authenticates, identifies
+/// a session or describes the old connection, and never a value redaction replaced. (The body
+/// goes as JSON, as n8n parsed it; deadletter's own `x-deadletter-*` headers say it is a replay.)
+pub fn safe_webhook_headers(item: &Value) -> Vec<(String, String)> {
+    const SENSITIVE: &[&str] = &[
+        "auth",
+        "token",
+        "key",
+        "secret",
+        "signature",
+        "cookie",
+        "session",
+        "password",
+        "csrf",
+    ];
+    let Some(headers) = item.get("headers").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    headers
+        .iter()
+        .filter_map(|(k, v)| {
+            let name = k.to_ascii_lowercase();
+            let value = v.as_str()?;
+            let forward = name.starts_with("x-")
+                && !name.starts_with("x-forwarded-")
+                && !name.starts_with("x-deadletter-")
+                && !name.starts_with("x-real-ip")
+                && !SENSITIVE.iter().any(|s| name.contains(s))
+                && !value.contains(crate::redact::REDACTED)
+                && axum::http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                && axum::http::HeaderValue::from_str(value).is_ok();
+            forward.then(|| (name, value.to_owned()))
+        })
+        .collect()
+}
+
 /// `scheme://host:port` of a URL (what rate limits and breakers are about).
 fn host(url: &str) -> &str {
     let after = url.find("://").map_or(0, |i| i + 3);
@@ -137,6 +178,24 @@ fn host(url: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_webhook_replay_carries_the_callers_own_headers_but_nothing_sensitive() {
+        let item = serde_json::json!({"headers": {
+            "host": "127.0.0.1:5678", "content-type": "application/json", "user-agent": "curl/8",
+            "x-github-event": "push", "X-Request-Id": "r-1", "x-api-key": "k", "x-hub-signature-256": "s",
+            "x-forwarded-for": "10.0.0.1", "x-custom": "[REDACTED]", "authorization": "Bearer t",
+            "cookie": "a=b"}, "body": {}, "webhookUrl": "http://127.0.0.1:5678/webhook/x"});
+        let mut h = safe_webhook_headers(&item);
+        h.sort();
+        assert_eq!(
+            h,
+            [
+                ("x-github-event".to_string(), "push".to_string()),
+                ("x-request-id".into(), "r-1".into())
+            ]
+        );
+    }
 
     #[test]
     fn host_is_scheme_host_and_port() {
