@@ -44,7 +44,7 @@ impl Tokens {
         self.entries.is_empty()
     }
 
-    fn find(&self, token: &str) -> Option<Identity> {
+    pub(super) fn find(&self, token: &str) -> Option<Identity> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
         for (name, role, d) in self.entries.iter() {

@@ -11,6 +11,7 @@ mod read;
 mod replays;
 mod retention;
 mod triage;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +77,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(read::readyz))
         .route("/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics::metrics))
+        .merge(ui::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

@@ -19,17 +19,17 @@ use crate::store::{ListFilter, ReadPool, StoreError};
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    status: Option<String>,
-    partition: Option<String>,
-    workflow: Option<String>,
-    owner: Option<String>,
-    failure_class: Option<String>,
-    fingerprint: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-    q: Option<String>,
-    cursor: Option<String>,
-    limit: Option<usize>,
+    pub(super) status: Option<String>,
+    pub(super) partition: Option<String>,
+    pub(super) workflow: Option<String>,
+    pub(super) owner: Option<String>,
+    pub(super) failure_class: Option<String>,
+    pub(super) fingerprint: Option<String>,
+    pub(super) since: Option<String>,
+    pub(super) until: Option<String>,
+    pub(super) q: Option<String>,
+    pub(super) cursor: Option<String>,
+    pub(super) limit: Option<usize>,
 }
 
 pub const DEFAULT_LIMIT: usize = 50;

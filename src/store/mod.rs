@@ -33,8 +33,8 @@ pub use apply::{
 };
 pub use codec::{Codec, Encoded};
 pub use query::{
-    AttemptView, DocumentView, Enrichment, EventView, GroupFilter, GroupSummary, ListFilter,
-    ListPage, RecordDetail, RecordSummary,
+    ms_to_time, AttemptView, DocumentView, Enrichment, EventView, GroupFilter, GroupSummary,
+    ListFilter, ListPage, RecordDetail, RecordSummary,
 };
 pub use writer::{ImportBatch, Writer};
 

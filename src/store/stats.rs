@@ -331,3 +331,45 @@ pub fn alert_inputs(
     )?;
     Ok((open, past_sla))
 }
+
+/// Records first seen, and records closed, in each of the last `hours` hours (oldest first):
+/// the overview chart. Along the (partition, first seen) index and the closed records' index.
+pub fn hourly(
+    conn: &Connection,
+    now_ms: i64,
+    hours: usize,
+) -> Result<(Vec<i64>, Vec<i64>), StoreError> {
+    let start = now_ms - hours as i64 * HOUR;
+    let mut ingress = vec![0i64; hours];
+    let mut closed = vec![0i64; hours];
+    let partitions: Vec<String> = conn
+        .prepare_cached(
+            "SELECT partition FROM partition_stats GROUP BY partition HAVING sum(records) > 0",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut q = conn.prepare_cached(
+        "SELECT (first_seen_at - ?2) / 3600000, count(*) FROM dead_letters
+         WHERE partition = ?1 AND first_seen_at >= ?2 GROUP BY 1",
+    )?;
+    let last = hours as i64 - 1;
+    for p in &partitions {
+        for row in q.query_map(rusqlite::params![p, start], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+        })? {
+            let (h, n) = row?;
+            ingress[h.clamp(0, last) as usize] += n;
+        }
+    }
+    let rows = conn
+        .prepare_cached(&format!(
+            "SELECT (updated_at - ?1) / 3600000, count(*) FROM dead_letters
+             WHERE status IN {CLOSED_SQL} AND updated_at >= ?1 GROUP BY 1"
+        ))?
+        .query_map([start], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    for (h, n) in rows {
+        closed[h.clamp(0, last) as usize] += n;
+    }
+    Ok((ingress, closed))
+}

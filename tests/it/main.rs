@@ -22,3 +22,4 @@ mod schemathesis;
 mod security;
 mod service;
 mod triage;
+mod ui;
