@@ -143,7 +143,8 @@ fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
                     }
                     @if let Some(v) = viewer {
                         div.who {
-                            "Signed in as " strong { (v.name) }
+                            @if v.session.is_some() { "Signed in as " strong { (v.name) } }
+                            @else { "Open mode (no API tokens; loopback only)" }
                             @if v.session.is_some() {
                                 form method="post" action="/ui/signout" {
                                     input type="hidden" name="csrf" value=(v.csrf);
@@ -350,6 +351,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
                 }
             }
             h2 { "In and closed per hour, last 48 h" }
+            p.small { span.key-in { "■" } " records in · " span.key-out { "■" } " records closed" }
             (chart(&ingress, &closed))
             h2 { "By status" }
             table {
