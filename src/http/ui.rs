@@ -242,6 +242,8 @@ async fn signin(State(state): State<AppState>, Form(f): Form<SignIn>) -> Respons
 
 #[derive(Deserialize)]
 struct CsrfOnly {
+    /// Missing is refused like wrong (by `csrf_ok`), with the page that says so.
+    #[serde(default)]
     csrf: String,
 }
 
@@ -389,11 +391,28 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
 async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    Query(mut q): Query<ListQuery>,
 ) -> Response {
     let Some(v) = viewer(&state, &headers) else {
         return to_signin();
     };
+    // A filter form sends its empty fields too: empty means "any".
+    for f in [
+        &mut q.status,
+        &mut q.partition,
+        &mut q.workflow,
+        &mut q.owner,
+        &mut q.failure_class,
+        &mut q.fingerprint,
+        &mut q.since,
+        &mut q.until,
+        &mut q.q,
+        &mut q.cursor,
+    ] {
+        if f.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            *f = None;
+        }
+    }
     let echo = ListQuery {
         status: q.status.clone(),
         partition: q.partition.clone(),
@@ -534,7 +553,7 @@ async fn detail(
             }
             h2 { "Payload" }
             @match &d.payload {
-                Some(p) => { p.small { "Version " (p.version) " of " (d.payload_versions.len()) ", " (p.size) " bytes" } pre { (pretty(&p.json)) } }
+                Some(p) => { p.small { "Version " (p.version) " of " (d.payload_versions.len()) ", " (p.size) " bytes" } pre.payload { (pretty(&p.json)) } }
                 None => p { "No payload (an Error Trigger record carries only the error)." }
             }
             h2 { "Actions" }
@@ -579,6 +598,7 @@ async fn detail(
 
 #[derive(Deserialize)]
 struct Act {
+    #[serde(default)]
     csrf: String,
     action: String,
     #[serde(default)]

@@ -177,3 +177,238 @@ fn sign_in_escape_csrf_and_audit() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 303);
 }
+
+/// A real browser: headless Chromium driven by chromedriver (Debian's `chromium` and
+/// `chromium-driver`; .ci/run installs them). Screenshots of each page are kept in
+/// `target/ui-screenshots/` to look at.
+mod browser {
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    use fantoccini::{Client, ClientBuilder, Locator};
+    use serde_json::json;
+
+    use super::{server, INGEST, OPS};
+
+    struct Driver(Child, u16);
+
+    impl Drop for Driver {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn driver() -> Driver {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian's chromium-driver; .ci/run installs it)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Driver(child, port)
+    }
+
+    async fn browser(port: u16, profile: &std::path::Path) -> Client {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"binary": "/usr/bin/chromium", "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1280,1000", format!("--user-data-dir={}", profile.display())]}),
+        );
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a WebDriver session")
+    }
+
+    async fn shot(c: &Client, name: &str) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("{name}.png")),
+            c.screenshot().await.unwrap(),
+        )
+        .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sign_in_find_a_failure_note_it_resolve_it_in_a_real_browser() {
+        let s = tokio::task::spawn_blocking(server).await.unwrap();
+        let post = s.url("/v1/dead-letters");
+        let id = tokio::task::spawn_blocking(move || {
+            let r = reqwest::blocking::Client::new()
+                .post(post)
+                .bearer_auth(INGEST)
+                .header("content-type", "application/json")
+                .body(json!({"partition": "billing", "payload": {"orderId": "A-7", "note": "<script>document.title='pwned'</script>"},
+                             "error": {"message": "amount is required", "status": 422}}).to_string())
+                .send()
+                .unwrap();
+            r.json::<serde_json::Value>().unwrap()["id"].as_i64().unwrap()
+        })
+        .await
+        .unwrap();
+        let d = driver();
+        let profile = tempfile::tempdir().unwrap();
+        let c = browser(d.1, profile.path()).await;
+
+        c.goto(&s.url("/ui")).await.unwrap();
+        assert!(c
+            .current_url()
+            .await
+            .unwrap()
+            .path()
+            .ends_with("/ui/signin"));
+        shot(&c, "signin").await;
+        c.find(Locator::Css("#token"))
+            .await
+            .unwrap()
+            .send_keys(OPS)
+            .await
+            .unwrap();
+        c.find(Locator::Css("form button[type=submit]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let who = c
+            .find(Locator::Css(".who strong"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(who, "ana");
+        shot(&c, "overview").await;
+
+        c.find(Locator::LinkText("Records"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        c.find(Locator::Css("input[name=partition]"))
+            .await
+            .unwrap()
+            .send_keys("billing")
+            .await
+            .unwrap();
+        c.find(Locator::Css("form.filters button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        shot(&c, "list").await;
+        c.find(Locator::LinkText(&id.to_string()))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        // The payload's <script> is text on the page, and never ran.
+        let pre = c
+            .find(Locator::Css("pre.payload"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            pre.contains("<script>document.title='pwned'</script>"),
+            "{pre}"
+        );
+        assert_eq!(
+            c.title().await.unwrap(),
+            format!("Record {id} · deadletter")
+        );
+        shot(&c, "detail").await;
+
+        // A note, then resolve: both audited as the signed-in name.
+        let trail_has = |c: Client, want: &'static str| async move {
+            for _ in 0..100 {
+                if let Ok(e) = c.find(Locator::Css("ol.events")).await {
+                    if e.text().await.unwrap_or_default().contains(want) {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("the audit trail never showed {want:?}");
+        };
+        c.find(Locator::Css("#text"))
+            .await
+            .unwrap()
+            .send_keys("customer fixed the amount")
+            .await
+            .unwrap();
+        c.find(Locator::Css("button[value=note]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        trail_has(c.clone(), "ana (ui) noted").await;
+        c.find(Locator::Css("button[value=resolve]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        trail_has(c.clone(), "ana (ui) status_changed review → resolved").await;
+        let status = c
+            .find(Locator::XPath("//dt[.='Status']/following-sibling::dd[1]"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(status, "resolved");
+        shot(&c, "resolved").await;
+
+        // The same form without its CSRF token is refused (the page runs no script — its CSP
+        // allows none; WebDriver's own script removes the field).
+        c.execute(
+            "document.querySelector('form.card input[name=csrf]').remove();",
+            vec![],
+        )
+        .await
+        .unwrap();
+        c.find(Locator::Css("button[value=note]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let refused = c
+            .wait()
+            .for_element(Locator::Css("p.error"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            refused.contains("CSRF token is missing or wrong"),
+            "{refused}"
+        );
+        shot(&c, "csrf-refused").await;
+        c.close().await.unwrap();
+    }
+}
