@@ -22,7 +22,7 @@ use serde::Deserialize;
 use super::read::{filter_from, read, ListQuery};
 use super::AppState;
 use crate::model::{Role, Status};
-use crate::store::{Change, RecordDetail};
+use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, RecordDetail};
 
 const CSS: &str = include_str!("ui.css");
 const SESSION_COOKIE: &str = "dl_session";
@@ -117,6 +117,8 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/records", get(list))
         .route("/ui/records/{id}", get(detail))
         .route("/ui/records/{id}/act", post(act))
+        .route("/ui/groups", get(groups))
+        .route("/ui/groups/{fingerprint}/act", post(group_act))
         .layer(axum::middleware::from_fn(secure_headers))
 }
 
@@ -140,6 +142,7 @@ fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
                     nav {
                         a href="/ui" { "Overview" }
                         a href="/ui/records" { "Records" }
+                        a href="/ui/groups" { "Failure groups" }
                     }
                     @if let Some(v) = viewer {
                         div.who {
@@ -418,6 +421,7 @@ async fn list(
         partition: q.partition.clone(),
         workflow: q.workflow.clone(),
         failure_class: q.failure_class.clone(),
+        fingerprint: q.fingerprint.clone(),
         q: q.q.clone(),
         ..ListQuery::default()
     };
@@ -486,6 +490,7 @@ fn next_page(q: &ListQuery, cursor: &str) -> String {
         ("partition", &q.partition),
         ("workflow", &q.workflow),
         ("failure_class", &q.failure_class),
+        ("fingerprint", &q.fingerprint),
         ("q", &q.q),
     ] {
         if let Some(v) = v {
@@ -652,4 +657,137 @@ async fn act(
         )
             .into_response(),
     }
+}
+
+// ---- failure groups ----
+
+async fn groups(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(v) = viewer(&state, &headers) else {
+        return to_signin();
+    };
+    let filter = GroupFilter {
+        open_only: true,
+        limit: 200,
+        ..GroupFilter::default()
+    };
+    let Ok(list) = read(&state.store.readers, move |p| p.groups(&filter)).await else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the database could not be read",
+        )
+            .into_response();
+    };
+    page(
+        "Failure groups",
+        Some(&v),
+        html! {
+            p.small { "Open records grouped by fingerprint (the same failure in the same place), most recent first. An action applies to every open record of the group, each audited." }
+            @if list.is_empty() { p { "No open failures." } }
+            @for g in &list {
+                section.group {
+                    h2 {
+                        a href=(format!("/ui/records?fingerprint={}", g.fingerprint)) { code { (g.fingerprint.to_string()) } }
+                        " " (g.failure_class.as_str())
+                        @if g.poison { " · " strong.error { "poison" } }
+                    }
+                    p {
+                        (g.open) " open of " (g.count)
+                        @if let Some(w) = g.workflow_name.clone().or(g.workflow_id.clone()) { " · " (w) }
+                        @if let Some(n) = &g.node_name { " → " (n) }
+                        " · last " (when(g.last_seen_at))
+                    }
+                    p.error-message { (crate::commands::clip(g.sample_message.as_deref().unwrap_or(""), 200)) }
+                    form.card method="post" action=(format!("/ui/groups/{}/act", g.fingerprint)) {
+                        input type="hidden" name="csrf" value=(v.csrf);
+                        label { "Reason (or the owner, to assign)" input type="text" name="text"; }
+                        div.buttons {
+                            button type="submit" name="action" value="resolve" { "Resolve all open" }
+                            button type="submit" name="action" value="skip" { "Skip all open" }
+                            button type="submit" name="action" value="ready_for_replay" { "Mark all ready for replay" }
+                            button type="submit" name="action" value="assign" { "Assign all" }
+                        }
+                    }
+                }
+            }
+        },
+    )
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct GroupAct {
+    #[serde(default)]
+    csrf: String,
+    action: String,
+    #[serde(default)]
+    text: String,
+}
+
+async fn group_act(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(fingerprint): Path<String>,
+    Form(f): Form<GroupAct>,
+) -> Response {
+    let Some(v) = viewer(&state, &headers) else {
+        return to_signin();
+    };
+    if !csrf_ok(&v, &f.csrf) {
+        return forbidden_csrf();
+    }
+    let Ok(fp) = crate::model::Fingerprint::parse(&fingerprint) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let kind = match f.action.as_str() {
+        "resolve" => GroupActionKind::Resolve,
+        "skip" => GroupActionKind::Skip,
+        "assign" => GroupActionKind::Assign,
+        "ready_for_replay" => GroupActionKind::ReadyForReplay,
+        _ => return StatusCode::UNPROCESSABLE_ENTITY.into_response(),
+    };
+    let text = f.text.trim();
+    let result = state
+        .store
+        .writer
+        .group_action(GroupAction {
+            fingerprint: fp,
+            actor: format!("{} (ui)", v.name),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            kind,
+            text: (!text.is_empty()).then(|| text.to_owned()),
+        })
+        .await;
+    let items = match result {
+        Ok(items) => items,
+        Err(e) => {
+            return (
+                StatusCode::CONFLICT,
+                page(
+                    "Not done",
+                    Some(&v),
+                    html! {
+                        p.error role="alert" { (e.to_string()) }
+                        p { a href="/ui/groups" { "Back to the groups" } }
+                    },
+                ),
+            )
+                .into_response()
+        }
+    };
+    let done = items.iter().filter(|i| i.ok).count();
+    page(
+        "Group action",
+        Some(&v),
+        html! {
+            p { strong { (done) } " of " (items.len()) " open record(s) changed." }
+            table {
+                thead { tr { th { "Record" } th { "Now" } th { "Refused because" } } }
+                tbody { @for i in &items {
+                    tr { td { a href=(format!("/ui/records/{}", i.id)) { (i.id) } } td { (i.status.as_str()) } td { (i.error.clone().unwrap_or_default()) } }
+                } }
+            }
+            p { a href="/ui/groups" { "Back to the groups" } }
+        },
+    )
+    .into_response()
 }

@@ -296,6 +296,12 @@ mod browser {
             .unwrap();
         assert_eq!(who, "ana");
         shot(&c, "overview").await;
+        c.goto(&s.url("/ui/groups")).await.unwrap();
+        c.wait()
+            .for_element(Locator::Css("section.group"))
+            .await
+            .unwrap();
+        shot(&c, "groups").await;
 
         c.find(Locator::LinkText("Records"))
             .await
@@ -410,5 +416,95 @@ mod browser {
         );
         shot(&c, "csrf-refused").await;
         c.close().await.unwrap();
+    }
+}
+
+#[test]
+fn a_failure_group_is_resolved_in_one_action_each_record_audited() {
+    let s = server();
+    let c = client();
+    for n in 0..3 {
+        let r = s
+            .client
+            .post(s.url("/v1/dead-letters"))
+            .bearer_auth(INGEST)
+            .header("content-type", "application/json")
+            .body(
+                json!({"payload": {"n": n}, "workflow": {"id": "wf-1", "name": "Invoices"},
+                         "error": {"message": "customer <id> is missing", "status": 422}})
+                .to_string(),
+            )
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+    }
+    let r = c
+        .post(s.url("/ui/signin"))
+        .form(&[("token", OPS)])
+        .send()
+        .unwrap();
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = c
+        .get(s.url("/ui/groups"))
+        .header("cookie", &cookie)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(page.contains("3 open of 3"), "{page}");
+    assert!(page.contains("customer &lt;id&gt; is missing"));
+    let at = page.find("action=\"/ui/groups/").unwrap() + "action=\"/ui/groups/".len();
+    let fp = page[at..at + 16].to_owned();
+    let act = |fields: &[(&str, &str)]| {
+        c.post(s.url(&format!("/ui/groups/{fp}/act")))
+            .header("cookie", &cookie)
+            .form(fields)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(
+        act(&[("action", "resolve")]).status().as_u16(),
+        403,
+        "no CSRF token"
+    );
+    let token = csrf(&page);
+    let r = act(&[
+        ("action", "resolve"),
+        ("text", "fixed in the CRM"),
+        ("csrf", &token),
+    ]);
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r
+        .text()
+        .unwrap()
+        .contains("<strong>3</strong> of 3 open record(s) changed"));
+    let list = s
+        .client
+        .get(s.url(&format!("/v1/dead-letters?fingerprint={fp}")))
+        .bearer_auth(OPS)
+        .send()
+        .unwrap()
+        .json::<serde_json::Value>()
+        .unwrap();
+    for r in list["items"].as_array().unwrap() {
+        assert_eq!(r["status"], "resolved");
+        let rec = s
+            .client
+            .get(s.url(&format!("/v1/dead-letters/{}", r["id"])))
+            .bearer_auth(OPS)
+            .send()
+            .unwrap()
+            .json::<serde_json::Value>()
+            .unwrap();
+        assert_eq!(
+            rec["events"].as_array().unwrap().last().unwrap()["actor"],
+            "ana (ui)"
+        );
     }
 }
