@@ -569,6 +569,7 @@ async fn detail(
                 textarea #text name="text" rows="2" {}
                 div.buttons {
                     button type="submit" name="action" value="note" { "Add note" }
+                    button type="submit" name="action" value="assign" { "Assign to (the name above; empty: nobody)" }
                     @if !closed {
                         button type="submit" name="action" value="resolve" { "Resolve" }
                         button type="submit" name="action" value="skip" { "Skip (needs a reason)" }
@@ -637,6 +638,7 @@ async fn act(
     };
     match f.action.as_str() {
         "note" => change.note = reason,
+        "assign" => change.owner = Some(reason),
         "resolve" => change.status = Some((Status::Resolved, reason)),
         "skip" => change.status = Some((Status::Skipped, reason)),
         "reopen" => change.status = Some((Status::Review, reason)),

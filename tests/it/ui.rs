@@ -144,6 +144,17 @@ fn sign_in_escape_csrf_and_audit() {
     assert_eq!(rec["status"], "review");
 
     let token = csrf(&page);
+    let r = act(&[("action", "assign"), ("text", "bob"), ("csrf", &token)]);
+    assert_eq!(r.status().as_u16(), 303, "{:?}", r.text());
+    let rec = s
+        .client
+        .get(s.url(&format!("/v1/dead-letters/{id}")))
+        .bearer_auth(OPS)
+        .send()
+        .unwrap()
+        .json::<serde_json::Value>()
+        .unwrap();
+    assert_eq!(rec["owner"], "bob", "assigned from the page");
     let r = act(&[
         ("action", "resolve"),
         ("text", "fixed upstream"),
@@ -288,7 +299,8 @@ mod browser {
             .await
             .unwrap();
         let who = c
-            .find(Locator::Css(".who strong"))
+            .wait()
+            .for_element(Locator::Css(".who strong"))
             .await
             .unwrap()
             .text()
@@ -309,7 +321,8 @@ mod browser {
             .click()
             .await
             .unwrap();
-        c.find(Locator::Css("input[name=partition]"))
+        c.wait()
+            .for_element(Locator::Css("input[name=partition]"))
             .await
             .unwrap()
             .send_keys("billing")
@@ -321,16 +334,25 @@ mod browser {
             .click()
             .await
             .unwrap();
-        shot(&c, "list").await;
-        c.find(Locator::LinkText(&id.to_string()))
-            .await
-            .unwrap()
-            .click()
+        // The filtered list (its URL has the query) has the record.
+        for _ in 0..200 {
+            let url = c.current_url().await.unwrap();
+            if url.query().is_some_and(|q| q.contains("partition=billing")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let link = c
+            .wait()
+            .for_element(Locator::LinkText(&id.to_string()))
             .await
             .unwrap();
+        shot(&c, "list").await;
+        link.click().await.unwrap();
         // The payload's <script> is text on the page, and never ran.
         let pre = c
-            .find(Locator::Css("pre.payload"))
+            .wait()
+            .for_element(Locator::Css("pre.payload"))
             .await
             .unwrap()
             .text()
