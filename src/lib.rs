@@ -31,6 +31,7 @@
 //! alerts         rules evaluated on a schedule (time passed in), throttled, posted to a webhook
 //! server         serve(config, store, listener, shutdown)
 //! service        plans a launchd agent/daemon or systemd unit (templates in launchd/, packaging/)
+//! text           formatting shared by the CLI and the web page ("3m ago", clipping, encoding)
 //! ```
 //!
 //! Dependencies point one way: `commands -> server -> http/replay -> ingest -> store -> model`;
@@ -54,6 +55,7 @@ pub mod retention;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod text;
 
 /// The fuzz target's body, here so that the regular tests can replay the fuzz corpus through
 /// exactly the same code: every parser and the whole ingest pipeline on arbitrary bytes. Panics

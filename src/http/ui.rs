@@ -171,7 +171,7 @@ fn to_signin() -> Response {
 fn when(t: chrono::DateTime<chrono::Utc>) -> Markup {
     let now = chrono::Utc::now();
     html! { time datetime=(t.to_rfc3339()) title=(t.to_rfc3339()) {
-        (t.format("%Y-%m-%d %H:%M UTC")) " (" (crate::commands::ago(t, now)) ")"
+        (t.format("%Y-%m-%d %H:%M UTC")) " (" (crate::text::ago(t, now)) ")"
     } }
 }
 
@@ -370,7 +370,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
                 thead { tr { th { "Partition" } th.num { "Open" } th.num { "Closed" } } }
                 tbody { @for p in &s.partitions {
                     tr {
-                        td { a href=(format!("/ui/records?partition={}", crate::commands::urlencode(&p.partition))) { (p.partition) } @if p.money_impacting { " $" } }
+                        td { a href=(format!("/ui/records?partition={}", crate::text::urlencode(&p.partition))) { (p.partition) } @if p.money_impacting { " $" } }
                         td.num { (p.open) } td.num { (p.closed) }
                     }
                 } }
@@ -468,7 +468,7 @@ async fn list(
                         td { (r.failure_class.as_str()) }
                         td { (r.partition) }
                         td { (r.facts.workflow_name.clone().or(r.facts.workflow_id.clone()).unwrap_or_default()) }
-                        td { (crate::commands::clip(r.facts.error_message.as_deref().unwrap_or(""), 80)) }
+                        td { (crate::text::clip(r.facts.error_message.as_deref().unwrap_or(""), 80)) }
                         td { (when(r.first_seen_at)) }
                     }
                 } }
@@ -484,7 +484,7 @@ async fn list(
 
 /// The same filters, one page further.
 fn next_page(q: &ListQuery, cursor: &str) -> String {
-    let mut parts = vec![format!("cursor={}", crate::commands::urlencode(cursor))];
+    let mut parts = vec![format!("cursor={}", crate::text::urlencode(cursor))];
     for (k, v) in [
         ("status", &q.status),
         ("partition", &q.partition),
@@ -494,7 +494,7 @@ fn next_page(q: &ListQuery, cursor: &str) -> String {
         ("q", &q.q),
     ] {
         if let Some(v) = v {
-            parts.push(format!("{k}={}", crate::commands::urlencode(v)));
+            parts.push(format!("{k}={}", crate::text::urlencode(v)));
         }
     }
     format!("/ui/records?{}", parts.join("&"))
@@ -698,7 +698,7 @@ async fn groups(State(state): State<AppState>, headers: HeaderMap) -> Response {
                         @if let Some(n) = &g.node_name { " → " (n) }
                         " · last " (when(g.last_seen_at))
                     }
-                    p.error-message { (crate::commands::clip(g.sample_message.as_deref().unwrap_or(""), 200)) }
+                    p.error-message { (crate::text::clip(g.sample_message.as_deref().unwrap_or(""), 200)) }
                     form.card method="post" action=(format!("/ui/groups/{}/act", g.fingerprint)) {
                         input type="hidden" name="csrf" value=(v.csrf);
                         label { "Reason (or the owner, to assign)" input type="text" name="text"; }
