@@ -208,7 +208,11 @@ pub async fn patch(
 
 /// Redact and encode the new payload, and diff it (RFC 6902) against the version it replaces.
 /// The writer refuses the edit if another one landed in between (`base_version`).
-async fn payload_edit(state: &AppState, id: i64, raw: &RawValue) -> Result<PayloadEdit, ApiError> {
+pub(super) async fn payload_edit(
+    state: &AppState,
+    id: i64,
+    raw: &RawValue,
+) -> Result<PayloadEdit, ApiError> {
     let (doc, new_value) = state.ingestor.prepare_payload(raw)?;
     let (base_version, old) = read(&state.store.readers, move |p| {
         let summary = p.summary(id)?;

@@ -117,6 +117,7 @@ pub fn routes() -> Router<AppState> {
         .route("/ui/records", get(list))
         .route("/ui/records/{id}", get(detail))
         .route("/ui/records/{id}/act", post(act))
+        .route("/ui/records/{id}/edit", post(edit))
         .route("/ui/groups", get(groups))
         .route("/ui/groups/{fingerprint}/act", post(group_act))
         .layer(axum::middleware::from_fn(secure_headers))
@@ -561,6 +562,16 @@ async fn detail(
                 Some(p) => { p.small { "Version " (p.version) " of " (d.payload_versions.len()) ", " (p.size) " bytes" } pre.payload { (pretty(&p.json)) } }
                 None => p { "No payload (an Error Trigger record carries only the error)." }
             }
+            h2 { "Edit the payload" }
+            form.card method="post" action=(format!("/ui/records/{}/edit", r.id)) {
+                input type="hidden" name="csrf" value=(v.csrf);
+                input type="hidden" name="version" value=(r.version);
+                label for="json" { "JSON (a new version is saved; the original is kept)" }
+                textarea #json name="json" rows="10" spellcheck="false" {
+                    (d.payload.as_ref().map(|p| pretty(&p.json)).unwrap_or_default())
+                }
+                div.buttons { button type="submit" { "Preview the change" } }
+            }
             h2 { "Actions" }
             form.card method="post" action=(format!("/ui/records/{}/act", r.id)) {
                 input type="hidden" name="csrf" value=(v.csrf);
@@ -792,4 +803,102 @@ async fn group_act(
         },
     )
     .into_response()
+}
+
+// ---- payload edit: preview the diff, then save ----
+
+#[derive(Deserialize)]
+struct Edit {
+    #[serde(default)]
+    csrf: String,
+    json: String,
+    version: Option<i64>,
+    /// "yes" once the operator saw the diff.
+    #[serde(default)]
+    confirm: String,
+}
+
+async fn edit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(f): Form<Edit>,
+) -> Response {
+    let Some(v) = viewer(&state, &headers) else {
+        return to_signin();
+    };
+    if !csrf_ok(&v, &f.csrf) {
+        return forbidden_csrf();
+    }
+    let Ok(rid) = crate::model::RecordId::parse(&id) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let id = rid.get();
+    let back = html! { p { a href=(format!("/ui/records/{id}")) { "Back to the record" } } };
+    let raw: Box<serde_json::value::RawValue> = match serde_json::from_str(&f.json) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                page("Not JSON", Some(&v), html! { p.error role="alert" { "The payload is not JSON: " (e.to_string()) } (back) }),
+            )
+                .into_response()
+        }
+    };
+    let pe = match super::triage::payload_edit(&state, id, &raw).await {
+        Ok(pe) => pe,
+        Err(e) => {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                page(
+                    "Not saved",
+                    Some(&v),
+                    html! { p.error role="alert" { (e.message) } (back) },
+                ),
+            )
+                .into_response()
+        }
+    };
+    if f.confirm != "yes" {
+        let ops = pe.diff.as_array().map_or(0, Vec::len);
+        return page(
+            &format!("Record {id}: the change"),
+            Some(&v),
+            html! {
+                @if ops == 0 { p { "Nothing changes." } (back) } @else {
+                    p { (ops) " change(s) to version " (pe.base_version.unwrap_or(0)) " (RFC 6902):" }
+                    pre.diff { (serde_json::to_string_pretty(&pe.diff).unwrap_or_default()) }
+                    form.card method="post" action=(format!("/ui/records/{id}/edit")) {
+                        input type="hidden" name="csrf" value=(v.csrf);
+                        input type="hidden" name="version" value=(f.version.map(|x| x.to_string()).unwrap_or_default());
+                        input type="hidden" name="json" value=(f.json);
+                        input type="hidden" name="confirm" value="yes";
+                        div.buttons { button type="submit" { "Save as a new version" } }
+                    }
+                    (back)
+                }
+            },
+        )
+        .into_response();
+    }
+    let change = Change {
+        id,
+        actor: format!("{} (ui)", v.name),
+        at_ms: chrono::Utc::now().timestamp_millis(),
+        expected_version: f.version,
+        payload: Some(pe),
+        ..Change::default()
+    };
+    match state.store.writer.change(change).await {
+        Ok(_) => Redirect::to(&format!("/ui/records/{id}")).into_response(),
+        Err(e) => (
+            StatusCode::CONFLICT,
+            page(
+                "Not saved",
+                Some(&v),
+                html! { p.error role="alert" { (e.to_string()) } (back) },
+            ),
+        )
+            .into_response(),
+    }
 }

@@ -413,7 +413,7 @@ mod browser {
         // The same form without its CSRF token is refused (the page runs no script — its CSP
         // allows none; WebDriver's own script removes the field).
         c.execute(
-            "document.querySelector('form.card input[name=csrf]').remove();",
+            r#"document.querySelector('form[action$="/act"] input[name=csrf]').remove();"#,
             vec![],
         )
         .await
@@ -529,4 +529,100 @@ fn a_failure_group_is_resolved_in_one_action_each_record_audited() {
             "ana (ui)"
         );
     }
+}
+
+#[test]
+fn a_payload_edit_shows_its_diff_first_and_keeps_the_original() {
+    let s = server();
+    let c = client();
+    let r = s
+        .client
+        .post(s.url("/v1/dead-letters"))
+        .bearer_auth(INGEST)
+        .header("content-type", "application/json")
+        .body(json!({"payload": {"orderId": "A-9", "amount": null}, "error": {"message": "amount is required", "status": 422}}).to_string())
+        .send()
+        .unwrap();
+    let id = r.json::<serde_json::Value>().unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let r = c
+        .post(s.url("/ui/signin"))
+        .form(&[("token", OPS)])
+        .send()
+        .unwrap();
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = c
+        .get(s.url(&format!("/ui/records/{id}")))
+        .header("cookie", &cookie)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let token = csrf(&page);
+    let edit = |fields: &[(&str, &str)]| {
+        c.post(s.url(&format!("/ui/records/{id}/edit")))
+            .header("cookie", &cookie)
+            .form(fields)
+            .send()
+            .unwrap()
+    };
+    let fixed = r#"{"orderId": "A-9", "amount": 12.5}"#;
+    assert_eq!(
+        edit(&[("json", "{not json"), ("version", "1"), ("csrf", &token)])
+            .status()
+            .as_u16(),
+        400
+    );
+    assert_eq!(
+        edit(&[("json", fixed), ("version", "1")]).status().as_u16(),
+        403,
+        "no CSRF token"
+    );
+    let preview = edit(&[("json", fixed), ("version", "1"), ("csrf", &token)]);
+    assert_eq!(preview.status().as_u16(), 200);
+    let preview = preview.text().unwrap();
+    assert!(
+        preview.contains("&quot;op&quot;: &quot;replace&quot;")
+            || preview.contains("\"op\": \"replace\""),
+        "{preview}"
+    );
+    assert!(preview.contains("/amount"));
+    // Nothing is saved by a preview.
+    let v = |s: &Server| {
+        s.client
+            .get(s.url(&format!("/v1/dead-letters/{id}")))
+            .bearer_auth(OPS)
+            .send()
+            .unwrap()
+            .json::<serde_json::Value>()
+            .unwrap()
+    };
+    assert_eq!(v(&s)["payload_version"], 1);
+    let r = edit(&[
+        ("json", fixed),
+        ("version", "1"),
+        ("csrf", &token),
+        ("confirm", "yes"),
+    ]);
+    assert_eq!(r.status().as_u16(), 303);
+    let rec = v(&s);
+    assert_eq!(rec["payload_version"], 2);
+    assert_eq!(rec["payload"]["amount"], 12.5);
+    assert_eq!(
+        rec["payload_versions"].as_array().unwrap().len(),
+        2,
+        "the original is kept"
+    );
+    let last = rec["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["kind"].as_str(), last["actor"].as_str()),
+        (Some("payload_edited"), Some("ana (ui)"))
+    );
 }
