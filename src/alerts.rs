@@ -70,8 +70,8 @@ struct RuleState {
 pub struct Engine {
     rules: Vec<AlertRule>,
     state: HashMap<String, RuleState>,
-    /// (time, ingress, credential incidents, sends ok, sends failed), oldest first: the
-    /// windows of the rate rules are differences between two of these.
+    /// What each evaluation saw (time, figures), oldest first: the windows of the rate rules
+    /// are differences between two of these.
     samples: VecDeque<(i64, Inputs)>,
     /// How much history the longest window needs.
     keep_ms: i64,

@@ -256,12 +256,10 @@ async fn signout(
     headers: HeaderMap,
     Form(f): Form<CsrfOnly>,
 ) -> Response {
-    let Some(v) = viewer(&state, &headers) else {
-        return to_signin();
+    let v = match form_viewer(&state, &headers, &f.csrf) {
+        Ok(v) => v,
+        Err(refused) => return *refused,
     };
-    if !csrf_ok(&v, &f.csrf) {
-        return forbidden_csrf();
-    }
     if let Some(sid) = v.session {
         SESSIONS
             .lock()
@@ -276,9 +274,37 @@ async fn signout(
     res
 }
 
+/// The viewer of a form post: signed in (else to the sign-in page) and presenting this
+/// session's CSRF token (else the refusal page).
+fn form_viewer(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<Viewer, Box<Response>> {
+    let v = viewer(state, headers).ok_or_else(|| Box::new(to_signin()))?;
+    if csrf_ok(&v, csrf) {
+        Ok(v)
+    } else {
+        Err(Box::new(forbidden_csrf()))
+    }
+}
+
 fn csrf_ok(v: &Viewer, presented: &str) -> bool {
     use subtle::ConstantTimeEq;
     !presented.is_empty() && bool::from(v.csrf.as_bytes().ct_eq(presented.as_bytes()))
+}
+
+fn back_link(href: &str) -> Markup {
+    html! { p { a href=(href) { "Back" } } }
+}
+
+/// An action that did not happen: why, and the way back.
+fn not_done(status: StatusCode, title: &str, v: &Viewer, why: &str, back: &str) -> Response {
+    (
+        status,
+        page(
+            title,
+            Some(v),
+            html! { p.error role="alert" { (why) } (back_link(back)) },
+        ),
+    )
+        .into_response()
 }
 
 fn forbidden_csrf() -> Response {
@@ -629,12 +655,10 @@ async fn act(
     Path(id): Path<String>,
     Form(f): Form<Act>,
 ) -> Response {
-    let Some(v) = viewer(&state, &headers) else {
-        return to_signin();
+    let v = match form_viewer(&state, &headers, &f.csrf) {
+        Ok(v) => v,
+        Err(refused) => return *refused,
     };
-    if !csrf_ok(&v, &f.csrf) {
-        return forbidden_csrf();
-    }
     let Ok(rid) = crate::model::RecordId::parse(&id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -657,18 +681,13 @@ async fn act(
     }
     match state.store.writer.change(change).await {
         Ok(_) => Redirect::to(&format!("/ui/records/{}", rid.get())).into_response(),
-        Err(e) => (
+        Err(e) => not_done(
             StatusCode::CONFLICT,
-            page(
-                "Not done",
-                Some(&v),
-                html! {
-                    p.error role="alert" { (e.to_string()) }
-                    p { a href=(format!("/ui/records/{}", rid.get())) { "Back to the record" } }
-                },
-            ),
-        )
-            .into_response(),
+            "Not done",
+            &v,
+            &e.to_string(),
+            &format!("/ui/records/{}", rid.get()),
+        ),
     }
 }
 
@@ -742,12 +761,10 @@ async fn group_act(
     Path(fingerprint): Path<String>,
     Form(f): Form<GroupAct>,
 ) -> Response {
-    let Some(v) = viewer(&state, &headers) else {
-        return to_signin();
+    let v = match form_viewer(&state, &headers, &f.csrf) {
+        Ok(v) => v,
+        Err(refused) => return *refused,
     };
-    if !csrf_ok(&v, &f.csrf) {
-        return forbidden_csrf();
-    }
     let Ok(fp) = crate::model::Fingerprint::parse(&fingerprint) else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -773,18 +790,13 @@ async fn group_act(
     let items = match result {
         Ok(items) => items,
         Err(e) => {
-            return (
+            return not_done(
                 StatusCode::CONFLICT,
-                page(
-                    "Not done",
-                    Some(&v),
-                    html! {
-                        p.error role="alert" { (e.to_string()) }
-                        p { a href="/ui/groups" { "Back to the groups" } }
-                    },
-                ),
+                "Not done",
+                &v,
+                &e.to_string(),
+                "/ui/groups",
             )
-                .into_response()
         }
     };
     let done = items.iter().filter(|i| i.ok).count();
@@ -824,39 +836,37 @@ async fn edit(
     Path(id): Path<String>,
     Form(f): Form<Edit>,
 ) -> Response {
-    let Some(v) = viewer(&state, &headers) else {
-        return to_signin();
+    let v = match form_viewer(&state, &headers, &f.csrf) {
+        Ok(v) => v,
+        Err(refused) => return *refused,
     };
-    if !csrf_ok(&v, &f.csrf) {
-        return forbidden_csrf();
-    }
     let Ok(rid) = crate::model::RecordId::parse(&id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let id = rid.get();
-    let back = html! { p { a href=(format!("/ui/records/{id}")) { "Back to the record" } } };
+    let back = format!("/ui/records/{id}");
     let raw: Box<serde_json::value::RawValue> = match serde_json::from_str(&f.json) {
         Ok(r) => r,
         Err(e) => {
-            return (
+            return not_done(
                 StatusCode::BAD_REQUEST,
-                page("Not JSON", Some(&v), html! { p.error role="alert" { "The payload is not JSON: " (e.to_string()) } (back) }),
+                "Not JSON",
+                &v,
+                &format!("The payload is not JSON: {e}"),
+                &back,
             )
-                .into_response()
         }
     };
     let pe = match super::triage::payload_edit(&state, id, &raw).await {
         Ok(pe) => pe,
         Err(e) => {
-            return (
+            return not_done(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                page(
-                    "Not saved",
-                    Some(&v),
-                    html! { p.error role="alert" { (e.message) } (back) },
-                ),
+                "Not saved",
+                &v,
+                &e.message,
+                &back,
             )
-                .into_response()
         }
     };
     if f.confirm != "yes" {
@@ -865,7 +875,7 @@ async fn edit(
             &format!("Record {id}: the change"),
             Some(&v),
             html! {
-                @if ops == 0 { p { "Nothing changes." } (back) } @else {
+                @if ops == 0 { p { "Nothing changes." } (back_link(&back)) } @else {
                     p { (ops) " change(s) to version " (pe.base_version.unwrap_or(0)) " (RFC 6902):" }
                     pre.diff { (serde_json::to_string_pretty(&pe.diff).unwrap_or_default()) }
                     form.card method="post" action=(format!("/ui/records/{id}/edit")) {
@@ -875,7 +885,7 @@ async fn edit(
                         input type="hidden" name="confirm" value="yes";
                         div.buttons { button type="submit" { "Save as a new version" } }
                     }
-                    (back)
+                    (back_link(&back))
                 }
             },
         )
@@ -891,14 +901,6 @@ async fn edit(
     };
     match state.store.writer.change(change).await {
         Ok(_) => Redirect::to(&format!("/ui/records/{id}")).into_response(),
-        Err(e) => (
-            StatusCode::CONFLICT,
-            page(
-                "Not saved",
-                Some(&v),
-                html! { p.error role="alert" { (e.to_string()) } (back) },
-            ),
-        )
-            .into_response(),
+        Err(e) => not_done(StatusCode::CONFLICT, "Not saved", &v, &e.to_string(), &back),
     }
 }

@@ -98,50 +98,10 @@ impl Client {
         })
     }
 
-    /// One page of failed executions (newest first, no run data) and the cursor of the next.
-    pub async fn failed_page(
-        &self,
-        cursor: Option<&str>,
-    ) -> Result<(Vec<Value>, Option<String>), FetchError> {
+    /// GET with the API key; the answer's JSON, or why not.
+    async fn get(&self, req: reqwest::RequestBuilder) -> Result<Value, FetchError> {
         let key = self.key.read().map_err(FetchError::Unreachable)?;
-        let mut req = self
-            .http
-            .get(format!("{}/api/v1/executions", self.base))
-            .query(&[("status", "error"), ("limit", "100")])
-            .header("X-N8N-API-KEY", key)
-            .header("accept", "application/json");
-        if let Some(c) = cursor {
-            req = req.query(&[("cursor", c)]);
-        }
         let res = req
-            .send()
-            .await
-            .map_err(|e| FetchError::Unreachable(format!("{e}")))?;
-        match res.status().as_u16() {
-            200 => {
-                let v: Value = res
-                    .json()
-                    .await
-                    .map_err(|e| FetchError::Unreachable(format!("not JSON: {e}")))?;
-                let data = v["data"].as_array().cloned().unwrap_or_default();
-                let next = v["nextCursor"].as_str().map(str::to_owned);
-                Ok((data, next))
-            }
-            s @ (401 | 403) => Err(FetchError::Refused(s)),
-            s => Err(FetchError::Unreachable(format!("n8n answered {s}"))),
-        }
-    }
-
-    pub async fn execution(&self, id: &str) -> Result<Value, FetchError> {
-        let key = self.key.read().map_err(FetchError::Unreachable)?;
-        let id: String = id
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-            .collect();
-        let url = format!("{}/api/v1/executions/{id}?includeData=true", self.base);
-        let res = self
-            .http
-            .get(&url)
             .header("X-N8N-API-KEY", key)
             .header("accept", "application/json")
             .send()
@@ -156,6 +116,37 @@ impl Client {
             s @ (401 | 403) => Err(FetchError::Refused(s)),
             s => Err(FetchError::Unreachable(format!("n8n answered {s}"))),
         }
+    }
+
+    /// One page of failed executions (newest first, no run data) and the cursor of the next.
+    pub async fn failed_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>), FetchError> {
+        let mut req = self
+            .http
+            .get(format!("{}/api/v1/executions", self.base))
+            .query(&[("status", "error"), ("limit", "100")]);
+        if let Some(c) = cursor {
+            req = req.query(&[("cursor", c)]);
+        }
+        // No such list is not "no such execution".
+        let v = self.get(req).await.map_err(|e| match e {
+            FetchError::NotFound => FetchError::Unreachable("n8n answered 404".into()),
+            e => e,
+        })?;
+        let data = v["data"].as_array().cloned().unwrap_or_default();
+        let next = v["nextCursor"].as_str().map(str::to_owned);
+        Ok((data, next))
+    }
+
+    pub async fn execution(&self, id: &str) -> Result<Value, FetchError> {
+        let id: String = id
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        let url = format!("{}/api/v1/executions/{id}?includeData=true", self.base);
+        self.get(self.http.get(url)).await
     }
 }
 
@@ -356,25 +347,16 @@ pub async fn run(
                 });
             }
             while let Some(Ok((c, fetched))) = set.join_next().await {
-                match &fetched {
-                    Ok(_) | Err(FetchError::NotFound) => set_state("ok"),
-                    Err(e) => {
-                        METRICS
-                            .n8n_api_errors
-                            .get_or_create(&vec![("kind", e.kind().to_owned())])
-                            .inc();
-                        set_state(&match e {
-                            FetchError::Refused(s) => format!("the API key was refused ({s})"),
-                            FetchError::Unreachable(m) => format!("unreachable: {m}"),
-                            FetchError::NotFound => unreachable!(),
-                        });
-                    }
-                }
-                if let Err(FetchError::NotFound) = &fetched {
+                if let Err(e) = &fetched {
                     METRICS
                         .n8n_api_errors
-                        .get_or_create(&vec![("kind", "not_found".to_owned())])
+                        .get_or_create(&vec![("kind", e.kind().to_owned())])
                         .inc();
+                }
+                // A 404 is n8n answering with the key accepted: the API itself is fine.
+                match &fetched {
+                    Ok(_) | Err(FetchError::NotFound) => set_state("ok"),
+                    Err(e) => set_state(&e.to_string()),
                 }
                 let t = tries.entry(c.id).or_insert(0);
                 let now = chrono::Utc::now().timestamp_millis();

@@ -158,7 +158,7 @@ impl Audit<'_> {
     }
 }
 
-fn insert_document(
+pub(super) fn insert_document(
     conn: &Connection,
     id: i64,
     kind: &str,

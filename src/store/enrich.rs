@@ -94,21 +94,7 @@ fn insert_doc(
             "SELECT coalesce(max(version), 0) + 1 FROM payloads WHERE record_id = ?1 AND kind = ?2",
         )?
         .query_row(params![id, kind], |r| r.get(0))?;
-    conn.prepare_cached(
-        "INSERT INTO payloads (record_id, kind, version, codec, size, sha256, bytes, created_at, actor)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(params![
-        id,
-        kind,
-        version,
-        doc.codec.as_str(),
-        doc.size as i64,
-        &doc.sha256[..],
-        &doc.bytes,
-        e.at_ms,
-        e.actor
-    ])?;
+    super::apply::insert_document(conn, id, kind, version, doc, e.at_ms, &e.actor)?;
     conn.prepare_cached("UPDATE dead_letters SET stored_bytes = stored_bytes + ?2 WHERE id = ?1")?
         .execute(params![id, doc.bytes.len() as i64])?;
     Ok(version)

@@ -389,21 +389,15 @@ pub fn import(
                     &[("stored_bytes", SqlValue::Integer(stored))],
                 )?;
                 for (d, e) in encoded {
-                    conn.prepare_cached(
-                        "INSERT INTO payloads (record_id, kind, version, codec, size, sha256, bytes, created_at, actor)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                    )?
-                    .execute(params![
+                    super::apply::insert_document(
+                        conn,
                         id,
-                        d.kind,
+                        &d.kind,
                         d.version,
-                        e.codec.as_str(),
-                        e.size as i64,
-                        &e.sha256[..],
-                        e.bytes,
+                        &e,
                         d.created_at,
-                        d.actor
-                    ])?;
+                        &d.actor,
+                    )?;
                 }
                 let rid = [("record_id", SqlValue::Integer(id))];
                 for ev in &l.events {

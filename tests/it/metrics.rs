@@ -87,18 +87,9 @@ fn metrics_count_what_happened_exactly() {
 
     // Replay o1 (accepted) and o2 (refused: 422, permanent).
     for id in [o1, o2] {
-        let r = s
-            .client
-            .post(s.url("/v1/replays"))
-            .header("content-type", "application/json")
-            .header("x-deadletter-actor", "ana")
-            .body(json!({"ids": [id]}).to_string())
-            .send()
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201);
-        let job = r.json::<serde_json::Value>().unwrap()["id"]
-            .as_i64()
-            .unwrap();
+        let r = crate::replays::replay(&s, json!({"ids": [id]}), "ana");
+        assert_eq!(r.status, 201, "{}", r.text);
+        let job = r.json["id"].as_i64().unwrap();
         eventually("the job ends", Duration::from_secs(20), || {
             let j = s.get(&format!("/v1/replays/{job}")).json;
             (j["status"] == "done" || j["status"] == "stopped").then_some(())

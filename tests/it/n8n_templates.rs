@@ -198,10 +198,27 @@ mod connector {
     use crate::harness::{eventually, fixture, Server};
 
     fn server(n8n: &FakeN8n, key: &str) -> (Server, tempfile::NamedTempFile) {
+        server_with(n8n, key, "", "")
+    }
+
+    /// A server talking to `n8n` with `key` (kept in the returned file); `before` goes ahead of
+    /// the `[n8n]` table, `n8n_extra` into it.
+    fn server_with(
+        n8n: &FakeN8n,
+        key: &str,
+        before: &str,
+        n8n_extra: &str,
+    ) -> (Server, tempfile::NamedTempFile) {
         let key_file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(key_file.path(), format!("{key}\n")).unwrap();
+        // A fast enricher unless the test sets its own tick.
+        let tick = if n8n_extra.contains("tick =") {
+            ""
+        } else {
+            "tick = \"100ms\"\n"
+        };
         let s = Server::start_with(&format!(
-            "[n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\ntimeout = \"1s\"\n",
+            "{before}[n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\n{tick}timeout = \"1s\"\n{n8n_extra}",
             n8n.url,
             key_file.path().display()
         ));
@@ -443,25 +460,16 @@ mod connector {
         use crate::target::{ok, Target};
         let hook = Target::start(vec![], ok());
         let n8n = FakeN8n::serving(Vec::new(), Some(hook.url.clone()));
-        let key_file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(key_file.path(), KEY).unwrap();
-        let s = Server::start_with(&format!(
-            "[delivery]\ntick = \"50ms\"\n[policy.unknown]\ninitial = \"review\"\n\
-             [n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\nreconcile = false\n",
-            n8n.url,
-            key_file.path().display()
-        ));
+        let (s, _key) = server_with(
+            &n8n,
+            KEY,
+            "[delivery]\ntick = \"50ms\"\n[policy.unknown]\ninitial = \"review\"\n",
+            "reconcile = false\n",
+        );
         let id = error_trigger(&s, "90");
         wait_state(&s, id, "enriched");
-        let r = s
-            .client
-            .post(s.url("/v1/replays"))
-            .header("content-type", "application/json")
-            .header("x-deadletter-actor", "ana")
-            .body(json!({"ids": [id]}).to_string())
-            .send()
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201);
+        let r = crate::replays::replay(&s, json!({"ids": [id]}), "ana");
+        assert_eq!(r.status, 201, "{}", r.text);
         eventually("replayed", Duration::from_secs(10), || {
             (s.get(&format!("/v1/dead-letters/{id}")).json["status"] == "replayed").then_some(())
         });
@@ -478,27 +486,17 @@ mod connector {
     #[test]
     fn a_record_without_a_webhook_item_replays_as_n8ns_own_retry() {
         let n8n = FakeN8n::start();
-        let key_file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(key_file.path(), KEY).unwrap();
-        let s = Server::start_with(&format!(
-            "[delivery]\ntick = \"50ms\"\n[policy.unknown]\ninitial = \"review\"\n\
-             [n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"100ms\"\nreconcile = false\n\
-             retry_load_workflow = false\n",
-            n8n.url,
-            key_file.path().display()
-        ));
+        let (s, _key) = server_with(
+            &n8n,
+            KEY,
+            "[delivery]\ntick = \"50ms\"\n[policy.unknown]\ninitial = \"review\"\n",
+            "reconcile = false\nretry_load_workflow = false\n",
+        );
         // n8n no longer has its data (404): no payload, so a replay asks n8n to retry.
         let id = error_trigger(&s, "404");
         wait_state(&s, id, "unavailable");
-        let r = s
-            .client
-            .post(s.url("/v1/replays"))
-            .header("content-type", "application/json")
-            .header("x-deadletter-actor", "ana")
-            .body(json!({"ids": [id]}).to_string())
-            .send()
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201, "{:?}", r.text());
+        let r = crate::replays::replay(&s, json!({"ids": [id]}), "ana");
+        assert_eq!(r.status, 201, "{}", r.text);
         let rec = eventually("replayed", Duration::from_secs(10), || {
             let rec = s.get(&format!("/v1/dead-letters/{id}")).json;
             (rec["status"] == "replayed").then_some(rec)
@@ -526,15 +524,7 @@ mod connector {
         use crate::target::{ok, Target};
         let hook = Target::start(vec![], ok());
         let n8n = FakeN8n::serving(Vec::new(), Some(hook.url.clone()));
-        let key_file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(key_file.path(), KEY).unwrap();
-        let s = Server::start_with(&format!(
-            "[delivery]\ntick = \"20ms\"\n\
-             [policy.transient]\nretry_base = \"10ms\"\nretry_cap = \"20ms\"\n\
-             [n8n]\nbase_url = \"{}\"\napi_key = {{ file = \"{}\" }}\ntick = \"300ms\"\nreconcile = false\n",
-            n8n.url,
-            key_file.path().display()
-        ));
+        let (s, _key) = server_with(&n8n, KEY, "[delivery]\ntick = \"20ms\"\n[policy.transient]\nretry_base = \"10ms\"\nretry_cap = \"20ms\"\n", "tick = \"300ms\"\nreconcile = false\n");
         // An HTTP 500 failure: transient, retried automatically — but only once n8n's API has
         // supplied the item.
         let mut body: Value =

@@ -35,7 +35,7 @@ fn post(s: &Server, n: i64, partition: &str) -> i64 {
     r.json["id"].as_i64().unwrap()
 }
 
-fn replay(s: &Server, body: Value, actor: &str) -> crate::harness::Reply {
+pub(crate) fn replay(s: &Server, body: Value, actor: &str) -> crate::harness::Reply {
     let res = s
         .client
         .post(s.url("/v1/replays"))
