@@ -313,9 +313,15 @@ pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
     }
 
     // Then the whole database: the oldest records of any partition beyond the total cap.
+    // The estimate is on the low side, so measure again (inside this transaction the page
+    // counts already reflect the removals and the tombstones written) and go on until the file
+    // is under its cap, the step's budget is spent or nothing is left to remove.
     if let Some(cap) = s.max_total_bytes {
-        let used = used_bytes(conn)?;
-        if used > cap && left(&out) > 0 {
+        loop {
+            let used = used_bytes(conn)?;
+            if used <= cap || left(&out) == 0 {
+                break;
+            }
             let mut candidates = Vec::new();
             for partition in partitions(conn)? {
                 candidates.extend(oldest(conn, &partition, i64::MAX, left(&out))?);
@@ -323,7 +329,11 @@ pub fn sweep(conn: &Connection, s: &SweepStep) -> Result<Swept, StoreError> {
             candidates.sort_by_key(|&(id, first_seen, _)| (first_seen, id));
             candidates.truncate(left(&out));
             let ids = until_freed(&candidates, used - cap, ROW_OVERHEAD);
-            out.size += remove(&ids, Reason::Size)?;
+            let removed = remove(&ids, Reason::Size)?;
+            if removed == 0 {
+                break;
+            }
+            out.size += removed;
         }
     }
     if out.total() > 0 {
