@@ -20,25 +20,39 @@ use crate::replay::Targets;
 use crate::store::jobs::{JobMove, JobStatus, NewJob};
 use crate::store::{RecordSummary, StoreError};
 
-#[derive(Deserialize)]
+/// A replay request: from the API's JSON body, or from the web page's form.
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct ReplayBody {
+pub(super) struct ReplayBody {
     #[serde(default)]
-    ids: Option<Vec<i64>>,
+    pub ids: Option<Vec<i64>>,
     /// The list endpoint's filters (status, partition, workflow, failure_class, …).
     #[serde(default)]
-    filter: Option<ListQuery>,
+    pub filter: Option<ListQuery>,
     #[serde(default)]
-    expected_count: Option<usize>,
+    pub expected_count: Option<usize>,
     #[serde(default)]
-    dry_run: bool,
+    pub dry_run: bool,
     /// Send with new idempotency keys (naming the old ones in X-Deadletter-Supersedes).
     #[serde(default)]
-    new_keys: bool,
+    pub new_keys: bool,
     #[serde(default)]
-    batch_size: Option<usize>,
+    pub batch_size: Option<usize>,
     #[serde(default)]
-    stop_failure_ratio: Option<f64>,
+    pub stop_failure_ratio: Option<f64>,
+}
+
+/// Who asks: the name the audit trail shows, and the token's name (the identity the two-person
+/// rule compares) when tokens are in use.
+pub(super) struct Asker {
+    pub actor: String,
+    pub token: Option<String>,
+}
+
+/// What a request started: a dry run's report (sends nothing), or a job.
+pub(super) enum Started {
+    DryRun(Value),
+    Job(i64),
 }
 
 /// The records a request names, oldest first, or why it is refused.
@@ -105,8 +119,27 @@ pub async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let mut b: ReplayBody = json_body(body, &headers, state.config.server.body_limit_bytes)?;
-    let who = caller.actor("api");
+    let b: ReplayBody = json_body(body, &headers, state.config.server.body_limit_bytes)?;
+    let asker = Asker {
+        actor: caller.actor("api"),
+        token: caller.token(),
+    };
+    match start(&state, &asker, b).await? {
+        Started::DryRun(report) => Ok(Json(report).into_response()),
+        Started::Job(id) => {
+            let view = job_json(&state, id).await?;
+            Ok((StatusCode::CREATED, Json(view)).into_response())
+        }
+    }
+}
+
+/// Check a request, then report a dry run or create the job (the API and the web page).
+pub(super) async fn start(
+    state: &AppState,
+    asker: &Asker,
+    mut b: ReplayBody,
+) -> Result<Started, ApiError> {
+    let who = asker.actor.clone();
     let ratio = b
         .stop_failure_ratio
         .unwrap_or(state.config.replay.stop_failure_ratio);
@@ -122,12 +155,12 @@ pub async fn create(
     }
     // The request as given, kept with the job: which ids, or which filter and how many.
     let spec = json!({"ids": b.ids, "filter": b.filter, "expected_count": b.expected_count});
-    let records = select(&state, &mut b).await?;
+    let records = select(state, &mut b).await?;
     if b.dry_run {
-        return dry_run(&state, records, b.new_keys).await;
+        return Ok(Started::DryRun(dry_run(state, records, b.new_keys).await?));
     }
-    let asker = who.clone();
-    let open = read(&state.store.readers, move |p| p.open_jobs_of(&asker)).await?;
+    let name = who.clone();
+    let open = read(&state.store.readers, move |p| p.open_jobs_of(&name)).await?;
     if open >= state.config.replay.max_open_jobs_per_actor as i64 {
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -145,7 +178,7 @@ pub async fn create(
         .writer
         .create_job(NewJob {
             actor: who.clone(),
-            token: caller.token(),
+            token: asker.token.clone(),
             at_ms: chrono::Utc::now().timestamp_millis(),
             record_ids: records.iter().map(|r| r.id).collect(),
             needs_approval,
@@ -165,8 +198,7 @@ pub async fn create(
     if let Some(s) = &state.scheduler {
         s.wake_jobs();
     }
-    let view = job_json(&state, id).await?;
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+    Ok(Started::Job(id))
 }
 
 /// Per item: where it would go, with which key and payload version, how the payload differs
@@ -175,7 +207,7 @@ async fn dry_run(
     state: &AppState,
     records: Vec<RecordSummary>,
     new_keys: bool,
-) -> Result<Response, ApiError> {
+) -> Result<Value, ApiError> {
     let targets = Targets::new(&state.config);
     let readers = state.store.readers.clone();
     let items = tokio::task::spawn_blocking(move || -> Result<Vec<Value>, StoreError> {
@@ -240,21 +272,29 @@ async fn dry_run(
     .await
     .map_err(|_| ApiError::internal())??;
     let skipped = items.iter().filter(|i| !i["would_skip"].is_null()).count();
-    Ok(Json(json!({
+    Ok(json!({
         "dry_run": true, "count": items.len(), "would_send": items.len() - skipped,
         "would_skip": skipped, "items": items,
     }))
-    .into_response())
 }
 
-async fn job_json(state: &AppState, id: i64) -> Result<Value, ApiError> {
+/// A job as the API shows it: the stored job, and what its runner waits for now.
+pub(super) async fn job_json(state: &AppState, id: i64) -> Result<Value, ApiError> {
     let job = read(&state.store.readers, move |p| p.job(id)).await?;
     let mut v = serde_json::to_value(&job).map_err(|_| ApiError::internal())?;
-    v["note"] = json!(state.scheduler.as_ref().and_then(|s| s.job_note(id)));
-    if state.scheduler.is_none() && job.status == JobStatus::Running {
-        v["note"] = json!("delivery is disabled ([delivery] enabled = false): the job waits");
-    }
+    v["note"] = json!(runner_note(state, id, job.status));
     Ok(v)
+}
+
+/// What the job's runner waits for now ("paused: breaker open"), if anything.
+pub(super) fn runner_note(state: &AppState, id: i64, status: JobStatus) -> Option<String> {
+    match &state.scheduler {
+        Some(s) => s.job_note(id),
+        None if status == JobStatus::Running => {
+            Some("delivery is disabled ([delivery] enabled = false): the job waits".into())
+        }
+        None => None,
+    }
 }
 
 #[utoipa::path(get, path = "/v1/replays/{id}", tag = "delivery", params(("id" = i64, Path)),
@@ -282,7 +322,25 @@ pub async fn act(
     let id: i64 = id
         .parse()
         .map_err(|_| ApiError::not_found(format!("no replay job {id}")))?;
-    let to = match action.as_str() {
+    if action == "approve" {
+        caller.require(crate::model::Role::Admin)?;
+    }
+    let asker = Asker {
+        actor: caller.actor("api"),
+        token: caller.token(),
+    };
+    move_job(&state, &asker, id, &action).await?;
+    Ok(Json(job_json(&state, id).await?).into_response())
+}
+
+/// approve, pause, resume or cancel (the API and the web page; each checks the role first).
+pub(super) async fn move_job(
+    state: &AppState,
+    asker: &Asker,
+    id: i64,
+    action: &str,
+) -> Result<(), ApiError> {
+    let to = match action {
         "approve" | "resume" => JobStatus::Running,
         "pause" => JobStatus::Paused,
         "cancel" => JobStatus::Cancelled,
@@ -292,13 +350,9 @@ pub async fn act(
             )))
         }
     };
-    if action == "approve" {
-        caller.require(crate::model::Role::Admin)?;
-    }
-    let who = caller.actor("api");
     let job = read(&state.store.readers, move |p| p.job(id)).await?;
     // approve only approves; resume only resumes.
-    let fits = match action.as_str() {
+    let fits = match action {
         "approve" => job.status == JobStatus::AwaitingApproval,
         "resume" => job.status == JobStatus::Paused,
         _ => true,
@@ -318,8 +372,8 @@ pub async fn act(
         .writer
         .move_job(JobMove {
             id,
-            actor: who.clone(),
-            token: caller.token(),
+            actor: asker.actor.clone(),
+            token: asker.token.clone(),
             at_ms: chrono::Utc::now().timestamp_millis(),
             to,
             reason: None,
@@ -329,9 +383,9 @@ pub async fn act(
             StoreError::Invalid(m) => ApiError::new(StatusCode::CONFLICT, "illegal_job_move", m),
             other => ApiError::from(other),
         })?;
-    tracing::info!(job = id, action, actor = who, "replay job moved");
+    tracing::info!(job = id, action, actor = asker.actor, "replay job moved");
     if let Some(s) = &state.scheduler {
         s.wake_jobs();
     }
-    Ok(Json(job_json(&state, id).await?).into_response())
+    Ok(())
 }

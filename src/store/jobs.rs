@@ -300,3 +300,58 @@ pub fn open_jobs_of(conn: &Connection, actor: &str) -> Result<i64, StoreError> {
         )?
         .query_row([actor], |r| r.get(0))?)
 }
+
+/// One line of the jobs list: a job and its counts, without its items.
+#[derive(Debug, Clone)]
+pub struct JobLine {
+    pub id: i64,
+    pub status: JobStatus,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub created_by: String,
+    pub approved_by: Option<String>,
+    pub stop_reason: Option<String>,
+    pub counts: JobCounts,
+}
+
+/// The newest jobs, newest first, each with its counts (one query).
+pub fn list(conn: &Connection, limit: usize) -> Result<Vec<JobLine>, StoreError> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT j.id, j.status, j.created_at, j.created_by, j.approved_by, j.stop_reason,
+                    count(i.seq),
+                    coalesce(sum(i.state = 'pending'), 0),
+                    coalesce(sum(i.state = 'succeeded'), 0),
+                    coalesce(sum(i.state = 'failed'), 0)
+             FROM replay_jobs j LEFT JOIN replay_job_items i ON i.job_id = j.id
+             GROUP BY j.id ORDER BY j.id DESC LIMIT ?1",
+        )?
+        .query_map([limit as i64], |r| {
+            let total: i64 = r.get(6)?;
+            let (pending, succeeded, failed): (i64, i64, i64) = (r.get(7)?, r.get(8)?, r.get(9)?);
+            Ok((
+                r.get::<_, String>(1)?,
+                JobLine {
+                    id: r.get(0)?,
+                    status: JobStatus::Done,
+                    created_at: ms_to_time(r.get(2)?),
+                    created_by: r.get(3)?,
+                    approved_by: r.get(4)?,
+                    stop_reason: r.get(5)?,
+                    counts: JobCounts {
+                        total,
+                        pending,
+                        succeeded,
+                        failed,
+                        skipped: total - pending - succeeded - failed,
+                    },
+                },
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|(status, mut line)| {
+            line.status = JobStatus::parse(&status)?;
+            Ok(line)
+        })
+        .collect()
+}

@@ -286,6 +286,16 @@ impl ReadPool {
         self.with(|c| retention::tombstones(c, limit))
     }
 
+    /// Every payload version of a record with its text, oldest (the original) first.
+    pub fn payload_history(&self, id: i64) -> Result<Vec<DocumentView>, StoreError> {
+        self.with(|c| query::documents(c, id, "item"))
+    }
+
+    /// The newest replay jobs, each with its counts (no items).
+    pub fn jobs(&self, limit: usize) -> Result<Vec<jobs::JobLine>, StoreError> {
+        self.with(|c| jobs::list(c, limit))
+    }
+
     pub fn job(&self, id: i64) -> Result<jobs::JobView, StoreError> {
         self.with(|c| jobs::get(c, id))
     }

@@ -312,36 +312,63 @@ pub fn document(
              WHERE record_id = ?1 AND kind = ?2 AND (?3 IS NULL OR version = ?3)
              ORDER BY version DESC LIMIT 1",
         )?
-        .query_row(params![id, kind, version], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, Vec<u8>>(3)?,
-                r.get::<_, Vec<u8>>(4)?,
-                r.get::<_, i64>(5)?,
-                r.get::<_, String>(6)?,
-            ))
-        })
+        .query_row(params![id, kind, version], StoredDocument::from_row)
         .optional()?;
-    let Some((version, codec, size, sha, bytes, created_at, actor)) = row else {
-        return Ok(None);
-    };
-    let stored_size = bytes.len() as i64;
-    let codec = Codec::parse(&codec)?;
-    let raw = decode(codec, size as usize, bytes)?;
-    let json = String::from_utf8(raw)
-        .map_err(|_| StoreError::Corrupt(format!("document of record {id} is not UTF-8")))?;
-    Ok(Some(DocumentView {
-        version,
-        codec: codec.as_str().to_owned(),
-        size,
-        stored_size,
-        sha256: hex::encode(sha),
-        created_at: ms_to_time(created_at),
-        actor,
-        json,
-    }))
+    row.map(|d| d.decode(id)).transpose()
+}
+
+/// Every version of a record's document of this kind, with its text, oldest first (one query).
+pub fn documents(conn: &Connection, id: i64, kind: &str) -> Result<Vec<DocumentView>, StoreError> {
+    conn.prepare_cached(
+        "SELECT version, codec, size, sha256, bytes, created_at, actor FROM payloads
+         WHERE record_id = ?1 AND kind = ?2 ORDER BY version",
+    )?
+    .query_map(params![id, kind], StoredDocument::from_row)?
+    .map(|row| row?.decode(id))
+    .collect()
+}
+
+/// A `payloads` row as stored (compressed).
+struct StoredDocument {
+    version: i64,
+    codec: String,
+    size: i64,
+    sha256: Vec<u8>,
+    bytes: Vec<u8>,
+    created_at: i64,
+    actor: String,
+}
+
+impl StoredDocument {
+    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredDocument> {
+        Ok(StoredDocument {
+            version: r.get(0)?,
+            codec: r.get(1)?,
+            size: r.get(2)?,
+            sha256: r.get(3)?,
+            bytes: r.get(4)?,
+            created_at: r.get(5)?,
+            actor: r.get(6)?,
+        })
+    }
+
+    fn decode(self, id: i64) -> Result<DocumentView, StoreError> {
+        let stored_size = self.bytes.len() as i64;
+        let codec = Codec::parse(&self.codec)?;
+        let raw = decode(codec, self.size as usize, self.bytes)?;
+        let json = String::from_utf8(raw)
+            .map_err(|_| StoreError::Corrupt(format!("document of record {id} is not UTF-8")))?;
+        Ok(DocumentView {
+            version: self.version,
+            codec: codec.as_str().to_owned(),
+            size: self.size,
+            stored_size,
+            sha256: hex::encode(self.sha256),
+            created_at: ms_to_time(self.created_at),
+            actor: self.actor,
+            json,
+        })
+    }
 }
 
 pub fn get(conn: &Connection, id: i64) -> Result<RecordDetail, StoreError> {

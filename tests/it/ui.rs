@@ -626,3 +626,319 @@ fn a_payload_edit_shows_its_diff_first_and_keeps_the_original() {
         (Some("payload_edited"), Some("ana (ui)"))
     );
 }
+
+const ADMIN: &str = "ui-admin-token-0123456789abcdefgh";
+
+/// A server with a replay target, an operator (ana), an admin (bob) and n8n's ingest token;
+/// partition "billing" needs a second person to approve its replays.
+fn replay_server(target: &str) -> Server {
+    let d = |t: &str| hex::encode(Sha256::digest(t.as_bytes()));
+    Server::start_with(&format!(
+        "[[auth.tokens]]\nname = \"ana\"\nrole = \"operator\"\nsha256 = \"{}\"\n\
+         [[auth.tokens]]\nname = \"bob\"\nrole = \"admin\"\nsha256 = \"{}\"\n\
+         [[auth.tokens]]\nname = \"n8n\"\nrole = \"ingest\"\nsha256 = \"{}\"\n\
+         [delivery]\ntick = \"50ms\"\nrate_initial = 100.0\nrate_max = 100.0\n\
+         [replay]\nrequire_approval = [\"billing\"]\n\
+         [[targets]]\nname = \"orders\"\nurl = \"{target}\"\npartitions = [\"orders\", \"billing\"]\n",
+        d(OPS),
+        d(ADMIN),
+        d(INGEST)
+    ))
+}
+
+/// A signed-in browser stand-in: its session cookie, and the CSRF token of the last page read.
+struct Ui<'a> {
+    s: &'a Server,
+    c: reqwest::blocking::Client,
+    cookie: String,
+    csrf: String,
+}
+
+impl<'a> Ui<'a> {
+    fn sign_in(s: &'a Server, token: &str) -> Ui<'a> {
+        let c = client();
+        let r = c
+            .post(s.url("/ui/signin"))
+            .form(&[("token", token)])
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 303);
+        let cookie = r.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let mut ui = Ui {
+            s,
+            c,
+            cookie,
+            csrf: String::new(),
+        };
+        let (_, page) = ui.get("/ui/records");
+        ui.csrf = csrf(&page);
+        ui
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let r = self
+            .c
+            .get(self.s.url(path))
+            .header("cookie", &self.cookie)
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    }
+
+    /// A form post (fields may repeat); `with_csrf` adds the session's token.
+    fn post(&self, path: &str, fields: &[(&str, &str)], with_csrf: bool) -> (u16, String, String) {
+        let mut all: Vec<(&str, &str)> = fields.to_vec();
+        if with_csrf {
+            all.push(("csrf", &self.csrf));
+        }
+        let r = self
+            .c
+            .post(self.s.url(path))
+            .header("cookie", &self.cookie)
+            .form(&all)
+            .send()
+            .unwrap();
+        let location = r
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (r.status().as_u16(), location, r.text().unwrap())
+    }
+}
+
+fn ingest(s: &Server, partition: &str, n: i64) -> i64 {
+    let r = s
+        .client
+        .post(s.url("/v1/dead-letters"))
+        .bearer_auth(INGEST)
+        .header("content-type", "application/json")
+        .body(
+            json!({"partition": partition, "payload": {"orderId": format!("A-{n}"), "amount": null},
+                   "idempotency_key": format!("order-{n}"),
+                   "error": {"message": "amount is required", "status": 422}})
+            .to_string(),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    r.json::<serde_json::Value>().unwrap()["id"]
+        .as_i64()
+        .unwrap()
+}
+
+fn record(s: &Server, id: i64) -> serde_json::Value {
+    s.client
+        .get(s.url(&format!("/v1/dead-letters/{id}")))
+        .bearer_auth(OPS)
+        .send()
+        .unwrap()
+        .json::<serde_json::Value>()
+        .unwrap()
+}
+
+#[test]
+fn a_replay_from_the_page_is_a_dry_run_first_then_a_job_that_delivers() {
+    let target = crate::target::Target::start(vec![], crate::target::ok());
+    let s = replay_server(&target.url);
+    let id = ingest(&s, "orders", 1);
+    let ana = Ui::sign_in(&s, OPS);
+
+    // Fix the payload: the record page then lists both versions and the change between them.
+    let fixed = r#"{"orderId": "A-1", "amount": 12.5}"#;
+    let (st, _, _) = ana.post(
+        &format!("/ui/records/{id}/edit"),
+        &[("json", fixed), ("version", "1"), ("confirm", "yes")],
+        true,
+    );
+    assert_eq!(st, 303);
+    let (_, page) = ana.get(&format!("/ui/records/{id}"));
+    assert!(page.contains("Payload versions"), "{page}");
+    assert!(page.contains("Version 1 (the original) — "), "{page}");
+    assert!(page.contains("Changes from version 1 (RFC 6902)"), "{page}");
+    assert!(page.contains("/amount"));
+
+    // Without the CSRF token: refused, nothing sent, no job.
+    let (st, _, _) = ana.post("/ui/replay", &[("ids", &id.to_string())], false);
+    assert_eq!(st, 403);
+    // The dry run: where, with which key and version, what changed; nothing sent.
+    let (st, _, dry) = ana.post("/ui/replay", &[("ids", &id.to_string())], true);
+    assert_eq!(st, 200, "{dry}");
+    assert!(dry.contains(&target.url), "{dry}");
+    assert!(dry.contains("<code>order-1</code>"), "{dry}");
+    assert!(dry.contains("Nothing has been sent."));
+    assert!(
+        dry.contains("/amount"),
+        "the change from the original is shown"
+    );
+    assert!(dry.contains("Replay 1 record(s) now"), "{dry}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(target.got().is_empty(), "a dry run sends nothing");
+    assert_eq!(record(&s, id)["status"], "review");
+
+    // Confirmed: a job, its page, the delivery.
+    let (st, location, _) = ana.post(
+        "/ui/replay",
+        &[("ids", &id.to_string()), ("confirm", "yes")],
+        true,
+    );
+    assert_eq!(st, 303);
+    assert!(location.starts_with("/ui/replays/"), "{location}");
+    let job_page = crate::harness::eventually(
+        "the job to finish",
+        std::time::Duration::from_secs(10),
+        || {
+            let (_, p) = ana.get(&location);
+            p.contains("data-status=\"done\"").then_some(p)
+        },
+    );
+    assert!(job_page.contains("data-final=\"true\""));
+    assert!(
+        job_page.contains("1 sent, 0 failed, 0 skipped, 0 pending"),
+        "{job_page}"
+    );
+    let got = target.got();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].header("idempotency-key"), Some("order-1"));
+    let sent: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(sent["amount"], 12.5, "the edited version is what was sent");
+    let rec = record(&s, id);
+    assert_eq!(rec["status"], "replayed");
+    assert!(rec["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["actor"] == "ana (ui)" && e["kind"] == "status_changed"));
+    let (_, jobs) = ana.get("/ui/replays");
+    assert!(jobs.contains(&format!("href=\"{location}\"")), "{jobs}");
+
+    // A second replay of the same record: the dry run says why it would be skipped.
+    let (_, _, dry) = ana.post("/ui/replay", &[("ids", &id.to_string())], true);
+    assert!(dry.contains("reopen it to replay it"), "{dry}");
+    assert!(dry.contains("Nothing would be sent."));
+}
+
+#[test]
+fn a_replay_in_an_approval_partition_waits_for_another_person() {
+    let target = crate::target::Target::start(vec![], crate::target::ok());
+    let s = replay_server(&target.url);
+    let id = ingest(&s, "billing", 2);
+    let ana = Ui::sign_in(&s, OPS);
+    let (_, _, dry) = ana.post("/ui/replay", &[("ids", &id.to_string())], true);
+    assert!(dry.contains("needs a second person"), "{dry}");
+    let (st, job, _) = ana.post(
+        "/ui/replay",
+        &[("ids", &id.to_string()), ("confirm", "yes")],
+        true,
+    );
+    assert_eq!(st, 303);
+    let (_, page) = ana.get(&job);
+    assert!(page.contains("data-status=\"awaiting_approval\""), "{page}");
+    assert!(
+        page.contains("Waiting for an admin other than ana (ui)"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("value=\"approve\""),
+        "an operator gets no approve button"
+    );
+    // An operator cannot approve, even by hand-made post.
+    let (st, _, refused) = ana.post(&format!("{job}/act"), &[("action", "approve")], true);
+    assert_eq!(st, 403);
+    assert!(refused.contains("needs an admin token"));
+
+    // bob (admin) sees it first in the list and approves it.
+    let bob = Ui::sign_in(&s, ADMIN);
+    let (_, jobs) = bob.get("/ui/replays");
+    assert!(
+        jobs.contains("<strong>awaiting_approval</strong>"),
+        "{jobs}"
+    );
+    let (_, page) = bob.get(&job);
+    assert!(page.contains("value=\"approve\""), "{page}");
+    // Without the CSRF token: refused.
+    let (st, _, _) = bob.post(&format!("{job}/act"), &[("action", "approve")], false);
+    assert_eq!(st, 403);
+    let (st, location, _) = bob.post(&format!("{job}/act"), &[("action", "approve")], true);
+    assert_eq!((st, location.as_str()), (303, job.as_str()));
+    crate::harness::eventually(
+        "the approved job to deliver",
+        std::time::Duration::from_secs(10),
+        || (record(&s, id)["status"] == "replayed").then_some(()),
+    );
+    let (_, page) = bob.get(&job);
+    assert!(page.contains("bob (ui)"), "approved by bob: {page}");
+
+    // bob's own request in billing needs someone else: he cannot approve it himself.
+    let other = ingest(&s, "billing", 3);
+    let (_, job2, _) = bob.post(
+        "/ui/replay",
+        &[("ids", &other.to_string()), ("confirm", "yes")],
+        true,
+    );
+    let (st, _, refused) = bob.post(&format!("{job2}/act"), &[("action", "approve")], true);
+    assert_eq!(st, 409);
+    assert!(refused.contains("needs a second person"), "{refused}");
+    // Cancel it instead.
+    let (st, _, _) = bob.post(&format!("{job2}/act"), &[("action", "cancel")], true);
+    assert_eq!(st, 303);
+    let (_, page) = bob.get(&job2);
+    assert!(page.contains("data-status=\"cancelled\""), "{page}");
+    assert_eq!(target.got().len(), 1, "only the approved job sent");
+}
+
+#[test]
+fn records_chosen_in_the_list_are_changed_together_each_audited() {
+    let s = server();
+    let ids: Vec<i64> = (0..3).map(|n| ingest(&s, "orders", 10 + n)).collect();
+    let ana = Ui::sign_in(&s, OPS);
+    let (_, list) = ana.get("/ui/records");
+    for id in &ids {
+        assert!(
+            list.contains(&format!("name=\"ids\" value=\"{id}\"")),
+            "{list}"
+        );
+    }
+    let (a, b) = (ids[0].to_string(), ids[1].to_string());
+    let chosen = [
+        ("ids", a.as_str()),
+        ("ids", b.as_str()),
+        ("action", "resolve"),
+        ("text", "paid by hand"),
+    ];
+    let (st, _, _) = ana.post("/ui/records/bulk", &chosen, false);
+    assert_eq!(st, 403, "no CSRF token");
+    let (st, _, none) = ana.post("/ui/records/bulk", &[("action", "resolve")], true);
+    assert_eq!(st, 422);
+    assert!(none.contains("No record was selected"));
+    let (st, _, done) = ana.post("/ui/records/bulk", &chosen, true);
+    assert_eq!(st, 200);
+    assert!(
+        done.contains("<strong>2</strong> of 2 selected record(s) changed"),
+        "{done}"
+    );
+    for id in &ids[..2] {
+        let rec = record(&s, *id);
+        assert_eq!(rec["status"], "resolved");
+        let last = rec["events"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["actor"], "ana (ui)");
+    }
+    assert_eq!(record(&s, ids[2])["status"], "review", "not chosen");
+    // Resolving a resolved record again is refused for that record, and said so.
+    let (_, _, again) = ana.post(
+        "/ui/records/bulk",
+        &[
+            ("ids", a.as_str()),
+            ("ids", &ids[2].to_string()),
+            ("action", "resolve"),
+        ],
+        true,
+    );
+    assert!(again.contains("<strong>1</strong> of 2"), "{again}");
+}

@@ -1,10 +1,14 @@
 //! The admin web page at `/ui`: server-rendered (maud: templates compiled into the binary,
-//! every value HTML-escaped), one embedded stylesheet, no JavaScript. Sign-in with an API token
-//! of role operator or admin starts a session (an HttpOnly, SameSite=Strict cookie; sessions live
-//! in memory for 12 hours); every form carries the session's CSRF token; every answer carries a
-//! Content-Security-Policy that allows nothing but this server's stylesheet and its own forms.
-//! Actions go through the same writer and audit trail as the API, as the signed-in name.
-//! With no API tokens configured (the open, loopback-only mode) there is no sign-in.
+//! every value HTML-escaped), one embedded stylesheet and one small embedded script (live
+//! progress on a replay job's page; everything else works with JavaScript off). Sign-in with an
+//! API token of role operator or admin starts a session (an HttpOnly, SameSite=Strict cookie;
+//! sessions live in memory for 12 hours); every form carries the session's CSRF token; every
+//! answer carries a Content-Security-Policy that allows nothing but this server's stylesheet,
+//! its script, its own forms and its own fetches. Actions go through the same writer, replay
+//! jobs and audit trail as the API, as the signed-in name. With no API tokens configured (the
+//! open, loopback-only mode) there is no sign-in.
+//!
+//! `replay` holds the replay pages (dry run, confirm, jobs, approval, live progress).
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -19,19 +23,25 @@ use axum::Router;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde::Deserialize;
 
+mod replay;
+
+use axum::body::Bytes;
+
 use super::read::{filter_from, read, ListQuery};
 use super::AppState;
 use crate::model::{Role, Status};
 use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, RecordDetail};
 
 const CSS: &str = include_str!("ui.css");
+const LIVE_JS: &str = include_str!("live.js");
 const SESSION_COOKIE: &str = "dl_session";
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 #[derive(Clone, Debug)]
 struct Session {
     name: String,
+    role: Role,
     csrf: String,
     expires: Instant,
 }
@@ -48,8 +58,30 @@ fn random_hex() -> String {
 #[derive(Clone, Debug)]
 struct Viewer {
     name: String,
+    /// None in the open mode (no tokens: everything is allowed, as over the API).
+    role: Option<Role>,
     csrf: String,
     session: Option<String>,
+}
+
+impl Viewer {
+    /// The name this viewer's actions are audited under.
+    fn actor(&self) -> String {
+        format!("{} (ui)", self.name)
+    }
+
+    fn is_admin(&self) -> bool {
+        self.role.is_none_or(|r| r == Role::Admin)
+    }
+
+    /// For the replay jobs: the audited name, and the token's name (the identity the
+    /// two-person rule compares).
+    fn asker(&self) -> super::replays::Asker {
+        super::replays::Asker {
+            actor: self.actor(),
+            token: self.session.as_ref().map(|_| self.name.clone()),
+        }
+    }
 }
 
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -70,6 +102,7 @@ fn viewer(state: &AppState, headers: &HeaderMap) -> Option<Viewer> {
     if state.tokens.is_empty() {
         return Some(Viewer {
             name: "local".into(),
+            role: None,
             csrf: OPEN_CSRF.clone(),
             session: None,
         });
@@ -81,6 +114,7 @@ fn viewer(state: &AppState, headers: &HeaderMap) -> Option<Viewer> {
     let s = sessions.get(&id)?;
     Some(Viewer {
         name: s.name.clone(),
+        role: Some(s.role),
         csrf: s.csrf.clone(),
         session: Some(id),
     })
@@ -112,19 +146,68 @@ pub fn routes() -> Router<AppState> {
         .route("/ui", get(overview))
         .route("/ui/", get(overview))
         .route("/ui/static/app.css", get(css))
+        .route("/ui/static/live.js", get(live_js))
         .route("/ui/signin", get(signin_page).post(signin))
         .route("/ui/signout", post(signout))
         .route("/ui/records", get(list))
+        .route("/ui/records/bulk", post(bulk))
         .route("/ui/records/{id}", get(detail))
         .route("/ui/records/{id}/act", post(act))
         .route("/ui/records/{id}/edit", post(edit))
         .route("/ui/groups", get(groups))
         .route("/ui/groups/{fingerprint}/act", post(group_act))
+        .route("/ui/replay", post(replay::request))
+        .route("/ui/replays", get(replay::jobs))
+        .route("/ui/replays/{id}", get(replay::job))
+        .route("/ui/replays/{id}/act", post(replay::job_act))
         .layer(axum::middleware::from_fn(secure_headers))
 }
 
 async fn css() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
+}
+
+async fn live_js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        LIVE_JS,
+    )
+        .into_response()
+}
+
+/// A form body whose fields may repeat (`ids=1&ids=2`: the list's checkboxes).
+struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    fn parse(body: &[u8]) -> Fields {
+        Fields(form_urlencoded::parse(body).into_owned().collect())
+    }
+
+    /// The first value of a field, or "" when it is absent.
+    fn one(&self, name: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
+    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The record ids chosen (repeated `ids` fields); a malformed one is an error.
+    fn ids(&self) -> Result<Vec<i64>, String> {
+        self.all("ids")
+            .map(|s| {
+                crate::model::RecordId::parse(s)
+                    .map(|id| id.get())
+                    .map_err(|_| format!("`{s}` is not a record id"))
+            })
+            .collect()
+    }
 }
 
 fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
@@ -136,6 +219,7 @@ fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · deadletter" }
                 link rel="stylesheet" href="/ui/static/app.css";
+                script src="/ui/static/live.js" defer {}
             }
             body {
                 header {
@@ -144,6 +228,7 @@ fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
                         a href="/ui" { "Overview" }
                         a href="/ui/records" { "Records" }
                         a href="/ui/groups" { "Failure groups" }
+                        a href="/ui/replays" { "Replays" }
                     }
                     @if let Some(v) = viewer {
                         div.who {
@@ -227,6 +312,7 @@ async fn signin(State(state): State<AppState>, Form(f): Form<SignIn>) -> Respons
         sid.clone(),
         Session {
             name: id.name.clone(),
+            role: id.role,
             csrf: random_hex(),
             expires: Instant::now() + SESSION_TTL,
         },
@@ -486,10 +572,16 @@ async fn list(
                 (field("q", "Message contains", &echo.q))
                 button type="submit" { "Filter" }
             }
+            form #bulk method="post" action="/ui/records/bulk" {
+            input type="hidden" name="csrf" value=(v.csrf);
             table {
-                thead { tr { th { "Id" } th { "Status" } th { "Class" } th { "Partition" } th { "Workflow" } th { "Error" } th { "First seen" } } }
+                thead { tr {
+                    th { input type="checkbox" data-select-all="ids" aria-label="Select every record on this page" hidden; }
+                    th { "Id" } th { "Status" } th { "Class" } th { "Partition" } th { "Workflow" } th { "Error" } th { "First seen" }
+                } }
                 tbody { @for r in &pg.items {
                     tr {
+                        td { input type="checkbox" name="ids" value=(r.id) aria-label=(format!("Select record {}", r.id)); }
                         td { a href=(format!("/ui/records/{}", r.id)) { (r.id) } }
                         td { (r.status.as_str()) }
                         td { (r.failure_class.as_str()) }
@@ -500,7 +592,21 @@ async fn list(
                     }
                 } }
             }
-            @if pg.items.is_empty() { p { "Nothing matches." } }
+            @if pg.items.is_empty() { p { "Nothing matches." } } @else {
+                fieldset.card.bulk {
+                    legend { "With the selected records" }
+                    label { "Note, reason or owner" input type="text" name="text"; }
+                    div.buttons {
+                        button type="submit" name="action" value="note" { "Add note" }
+                        button type="submit" name="action" value="assign" { "Assign" }
+                        button type="submit" name="action" value="resolve" { "Resolve" }
+                        button type="submit" name="action" value="skip" { "Skip" }
+                        button type="submit" name="action" value="ready_for_replay" { "Mark ready for replay" }
+                        button type="submit" formaction="/ui/replay" { "Replay… (dry run first)" }
+                    }
+                }
+            }
+            }
             @if let Some(next) = &pg.next_cursor {
                 p { a rel="next" href=(next_page(&echo, &next.to_string())) { "Older records →" } }
             }
@@ -529,6 +635,19 @@ fn next_page(q: &ListQuery, cursor: &str) -> String {
 
 // ---- detail ----
 
+/// How one payload version differs from the one before it, as RFC 6902 operations.
+fn version_diff(before: &str, after: &str) -> String {
+    match (
+        serde_json::from_str::<serde_json::Value>(before),
+        serde_json::from_str::<serde_json::Value>(after),
+    ) {
+        (Ok(a), Ok(b)) => {
+            serde_json::to_string_pretty(&json_patch::diff(&a, &b)).unwrap_or_default()
+        }
+        _ => "(not JSON: no diff)".to_owned(),
+    }
+}
+
 fn pretty(json: &str) -> String {
     serde_json::from_str::<serde_json::Value>(json)
         .and_then(|v| serde_json::to_string_pretty(&v))
@@ -551,7 +670,11 @@ async fn detail(
             .into_response();
     };
     let id = id.get();
-    let d: RecordDetail = match read(&state.store.readers, move |p| p.get(id)).await {
+    let got = read(&state.store.readers, move |p| {
+        Ok((p.get(id)?, p.payload_history(id)?))
+    })
+    .await;
+    let (d, history): (RecordDetail, Vec<crate::store::DocumentView>) = match got {
         Ok(d) => d,
         Err(_) => {
             return (
@@ -588,6 +711,27 @@ async fn detail(
                 Some(p) => { p.small { "Version " (p.version) " of " (d.payload_versions.len()) ", " (p.size) " bytes" } pre.payload { (pretty(&p.json)) } }
                 None => p { "No payload (an Error Trigger record carries only the error)." }
             }
+            @if history.len() > 1 {
+                h2 { "Payload versions" }
+                ol.versions {
+                    @for (i, doc) in history.iter().enumerate() {
+                        li {
+                            details open[i + 1 == history.len()] {
+                                summary {
+                                    "Version " (doc.version)
+                                    @if i == 0 { " (the original)" }
+                                    " — " (doc.actor) ", " (when(doc.created_at)) ", " (doc.size) " bytes"
+                                }
+                                @if i > 0 {
+                                    p.small { "Changes from version " (history[i - 1].version) " (RFC 6902):" }
+                                    pre.diff { (version_diff(&history[i - 1].json, &doc.json)) }
+                                }
+                                pre { (pretty(&doc.json)) }
+                            }
+                        }
+                    }
+                }
+            }
             h2 { "Edit the payload" }
             form.card method="post" action=(format!("/ui/records/{}/edit", r.id)) {
                 input type="hidden" name="csrf" value=(v.csrf);
@@ -614,6 +758,16 @@ async fn detail(
                         button type="submit" name="action" value="reopen" { "Reopen (needs a reason)" }
                     }
                 }
+            }
+            h2 { "Replay" }
+            form.card method="post" action="/ui/replay" {
+                input type="hidden" name="csrf" value=(v.csrf);
+                input type="hidden" name="ids" value=(r.id);
+                label {
+                    input type="checkbox" name="new_keys" value="yes";
+                    " Send with a new idempotency key (the target has seen the old one)"
+                }
+                div.buttons { button type="submit" { "Preview the replay (dry run)" } }
             }
             h2 { "Audit trail" }
             ol.events { @for e in &d.events {
@@ -799,22 +953,134 @@ async fn group_act(
             )
         }
     };
+    let items: Vec<Outcome> = items
+        .into_iter()
+        .map(|i| Outcome {
+            id: i.id,
+            ok: i.ok,
+            now: i.status.as_str().to_owned(),
+            error: i.error,
+        })
+        .collect();
+    results("Group action", &v, &items, "open record(s)", "/ui/groups")
+}
+
+/// One record of a bulk action: changed or not, its status now, and why not.
+struct Outcome {
+    id: i64,
+    ok: bool,
+    now: String,
+    error: Option<String>,
+}
+
+/// What a bulk action did, record by record.
+fn results(title: &str, v: &Viewer, items: &[Outcome], what: &str, back: &str) -> Response {
     let done = items.iter().filter(|i| i.ok).count();
     page(
-        "Group action",
-        Some(&v),
+        title,
+        Some(v),
         html! {
-            p { strong { (done) } " of " (items.len()) " open record(s) changed." }
+            p { strong { (done) } " of " (items.len()) " " (what) " changed." }
             table {
                 thead { tr { th { "Record" } th { "Now" } th { "Refused because" } } }
-                tbody { @for i in &items {
-                    tr { td { a href=(format!("/ui/records/{}", i.id)) { (i.id) } } td { (i.status.as_str()) } td { (i.error.clone().unwrap_or_default()) } }
+                tbody { @for i in items {
+                    tr { td { a href=(format!("/ui/records/{}", i.id)) { (i.id) } } td { (i.now) } td { (i.error.clone().unwrap_or_default()) } }
                 } }
             }
-            p { a href="/ui/groups" { "Back to the groups" } }
+            (back_link(back))
         },
     )
     .into_response()
+}
+
+// ---- bulk actions on the records chosen in the list ----
+
+/// The most records one bulk action may name (a page of the list is at most this long).
+const BULK_MAX: usize = 500;
+
+async fn bulk(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let f = Fields::parse(&body);
+    let v = match form_viewer(&state, &headers, f.one("csrf")) {
+        Ok(v) => v,
+        Err(refused) => return *refused,
+    };
+    let ids = match f.ids() {
+        Ok(ids) if !ids.is_empty() && ids.len() <= BULK_MAX => ids,
+        Ok(ids) => {
+            let why = if ids.is_empty() {
+                "No record was selected: tick the records first.".to_owned()
+            } else {
+                format!("At most {BULK_MAX} records at once.")
+            };
+            return not_done(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Not done",
+                &v,
+                &why,
+                "/ui/records",
+            );
+        }
+        Err(e) => {
+            return not_done(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Not done",
+                &v,
+                &e,
+                "/ui/records",
+            )
+        }
+    };
+    let text = f.one("text").trim();
+    let reason = (!text.is_empty()).then(|| text.to_owned());
+    let action = f.one("action");
+    let mut items = Vec::with_capacity(ids.len());
+    for id in ids {
+        let mut change = Change {
+            id,
+            actor: v.actor(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            ..Change::default()
+        };
+        match action {
+            "note" => change.note = reason.clone(),
+            "assign" => change.owner = Some(reason.clone()),
+            "resolve" => change.status = Some((Status::Resolved, reason.clone())),
+            "skip" => change.status = Some((Status::Skipped, reason.clone())),
+            "ready_for_replay" => change.status = Some((Status::ReadyForReplay, reason.clone())),
+            other => {
+                return not_done(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Not done",
+                    &v,
+                    &format!("No action `{other}`."),
+                    "/ui/records",
+                )
+            }
+        }
+        items.push(match state.store.writer.change(change).await {
+            Ok(r) => Outcome {
+                id,
+                ok: true,
+                now: r.status.as_str().to_owned(),
+                error: None,
+            },
+            Err(e) => Outcome {
+                id,
+                ok: false,
+                now: read(&state.store.readers, move |p| p.summary(id))
+                    .await
+                    .map_or_else(|_| "—".to_owned(), |r| r.status.as_str().to_owned()),
+                error: Some(e.to_string()),
+            },
+        });
+    }
+    results(
+        "Bulk action",
+        &v,
+        &items,
+        "selected record(s)",
+        "/ui/records",
+    )
 }
 
 // ---- payload edit: preview the diff, then save ----
