@@ -25,7 +25,8 @@
 //!                small time-boxed batches, tombstones kept, space given back; log pruning
 //! http/          router(state), auth (tokens, roles, the actor), handlers, ApiError -> JSON,
 //!                openapi (GET /openapi.json from the handlers' annotations), metrics (/metrics,
-//!                /v1/stats), ui (the /ui pages: maud templates, sessions, CSRF, CSP)
+//!                /v1/stats), ui/ (the /ui pages: maud templates, sessions, CSRF, CSP;
+//!                ui/replay: dry run, confirm, jobs, approval, live progress)
 //! metrics        Prometheus counters/histograms kept as things happen + gauges from kept totals
 //! n8n            n8n's public API: background enrichment of Error Trigger records
 //! alerts         rules evaluated on a schedule (time passed in), throttled, posted to a webhook

@@ -279,6 +279,20 @@ mod connector {
             .iter()
             .any(|p| p == "/api/v1/executions/81?includeData=true"));
         assert!(s.get("/readyz").json["n8n_api"] == "ok");
+        // The web page (open mode: no tokens) shows the provenance, the webhook's headers with
+        // the planted authorization redacted, and the failing node's inputs.
+        let page = s.get(&format!("/ui/records/{id}")).text;
+        assert!(
+            page.contains("From n8n") && page.contains("enriched"),
+            "{page}"
+        );
+        assert!(page.contains("Headers the webhook received"), "{page}");
+        assert!(
+            page.contains("<td><code>authorization</code></td><td><code>[REDACTED]</code>"),
+            "{page}"
+        );
+        assert!(!page.contains(PLANTED));
+        assert!(page.contains("input items, as n8n had them"));
 
         // Pruned in n8n: unavailable, with the reason.
         let gone = error_trigger(&s, "404");
@@ -296,6 +310,25 @@ mod connector {
             .send()
             .unwrap();
         assert_eq!(r.status().as_u16(), 202);
+        // …and from the web page, audited.
+        let page = s.get(&format!("/ui/records/{gone}")).text;
+        let at = page.find("name=\"csrf\" value=\"").unwrap() + 19;
+        let r = s
+            .client
+            .post(s.url(&format!("/ui/records/{gone}/act")))
+            .form(&[("action", "enrich"), ("csrf", &page[at..at + 64])])
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "{:?}", r.status());
+        let rec = s.get(&format!("/v1/dead-letters/{gone}")).json;
+        assert!(
+            rec["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["actor"] == "local (ui)"),
+            "{rec}"
+        );
         let env = s
             .post("/v1/dead-letters", json!({"payload": {"a": 1}}).to_string())
             .json["id"]

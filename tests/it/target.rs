@@ -19,6 +19,8 @@ pub enum Behave {
     Garbage,
     /// Answer 200 with a body of this many bytes (streamed; the client may stop reading).
     Huge(usize),
+    /// Take this long, then answer like `ok()` (a slow but healthy target).
+    Slow(Duration),
 }
 
 pub fn ok() -> Behave {
@@ -117,7 +119,11 @@ fn serve(
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
     });
-    let behave = script.lock().unwrap().pop_front().unwrap_or(default);
+    let mut behave = script.lock().unwrap().pop_front().unwrap_or(default);
+    if let Behave::Slow(d) = behave {
+        std::thread::sleep(d);
+        behave = ok();
+    }
     let mut conn = conn;
     match behave {
         Behave::Answer(code, extra, body) => {
@@ -128,7 +134,7 @@ fn serve(
             let _ = conn.write_all(format!("{head}\r\n{body}").as_bytes());
         }
         Behave::Hang(d) => std::thread::sleep(d),
-        Behave::Close => {}
+        Behave::Close | Behave::Slow(_) => {}
         Behave::Garbage => {
             let _ = conn.write_all(b"\x00\x01NOT HTTP AT ALL\r\n\r\n\xff\xfe");
         }

@@ -439,6 +439,181 @@ mod browser {
         shot(&c, "csrf-refused").await;
         c.close().await.unwrap();
     }
+
+    /// Wait (without navigating) until the element's text is `want`.
+    async fn text_becomes(c: &Client, css: &str, want: &str, within: Duration) {
+        let end = std::time::Instant::now() + within;
+        let mut last = String::new();
+        while std::time::Instant::now() < end {
+            if let Ok(e) = c.find(Locator::Css(css)).await {
+                last = e.text().await.unwrap_or_default();
+                if last == want {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{css} never said {want:?} (last: {last:?})");
+    }
+
+    async fn click(c: &Client, css: &str) {
+        c.wait()
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Edit → diff → save → dry run → replay to a local (slow) target → the job page follows
+    /// the job live (its script; nobody reloads) → the record is replayed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn edit_dry_run_and_replay_to_a_local_target_in_a_real_browser() {
+        let target = crate::target::Target::start(
+            vec![],
+            crate::target::Behave::Slow(Duration::from_millis(1500)),
+        );
+        let url = target.url.clone();
+        let s = tokio::task::spawn_blocking(move || super::replay_server(&url))
+            .await
+            .unwrap();
+        let s = std::sync::Arc::new(s);
+        let s2 = s.clone();
+        let id = tokio::task::spawn_blocking(move || super::ingest(&s2, "orders", 42))
+            .await
+            .unwrap();
+        let d = driver();
+        let profile = tempfile::tempdir().unwrap();
+        let c = browser(d.1, profile.path()).await;
+
+        c.goto(&s.url("/ui/signin")).await.unwrap();
+        c.wait()
+            .for_element(Locator::Css("#token"))
+            .await
+            .unwrap()
+            .send_keys(OPS)
+            .await
+            .unwrap();
+        click(&c, "form button[type=submit]").await;
+        c.wait()
+            .for_element(Locator::Css(".who strong"))
+            .await
+            .unwrap();
+
+        // Find it: the records list filtered on its partition.
+        c.goto(&s.url("/ui/records?partition=orders&status=review"))
+            .await
+            .unwrap();
+        // The script's "select every record on this page" box ticks the rows' boxes.
+        click(&c, "input[data-select-all]").await;
+        let row = c
+            .find(Locator::Css(&format!("input[name=ids][value='{id}']")))
+            .await
+            .unwrap();
+        assert_eq!(row.prop("checked").await.unwrap().as_deref(), Some("true"));
+        shot(&c, "list-selected").await;
+        c.wait()
+            .for_element(Locator::LinkText(&id.to_string()))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        c.wait()
+            .for_element(Locator::Css("pre.payload"))
+            .await
+            .unwrap();
+
+        // Edit the payload: the diff first, then save.
+        let editor = c.find(Locator::Css("#json")).await.unwrap();
+        editor.clear().await.unwrap();
+        editor
+            .send_keys(r#"{"orderId": "A-42", "amount": 99.5}"#)
+            .await
+            .unwrap();
+        click(&c, "form[action$='/edit'] button[type=submit]").await;
+        let diff = c
+            .wait()
+            .for_element(Locator::Css("pre.diff"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(diff.contains("/amount") && diff.contains("99.5"), "{diff}");
+        shot(&c, "edit-diff").await;
+        click(&c, "form[action$='/edit'] button[type=submit]").await;
+        c.wait()
+            .for_element(Locator::Css("ol.versions"))
+            .await
+            .unwrap();
+        shot(&c, "versions").await;
+
+        // The dry run: target, key, version 2; nothing sent yet.
+        click(&c, "form[action='/ui/replay'] button[type=submit]").await;
+        let dry = c
+            .wait()
+            .for_element(Locator::Css("table.dry-run"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            dry.contains(&target.url) && dry.contains("order-42"),
+            "{dry}"
+        );
+        assert!(target.got().is_empty(), "a dry run sends nothing");
+        shot(&c, "dry-run").await;
+        click(&c, "form[action='/ui/replay'] button[type=submit]").await;
+
+        // The job page, while the slow target answers, then done — without a reload by us.
+        c.wait()
+            .for_element(Locator::Css("section#progress"))
+            .await
+            .unwrap();
+        let job_url = c.current_url().await.unwrap();
+        assert!(job_url.path().starts_with("/ui/replays/"), "{job_url}");
+        shot(&c, "job-running").await;
+        text_becomes(&c, "dd.status", "done", Duration::from_secs(20)).await;
+        let counts = c
+            .find(Locator::Css("strong.counts"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(counts, "1 of 1");
+        assert_eq!(c.current_url().await.unwrap().path(), job_url.path());
+        shot(&c, "job-done").await;
+        let got = target.got();
+        assert_eq!(got.len(), 1);
+        assert!(got[0].body.contains("99.5"), "the edited version was sent");
+
+        // The record says replayed.
+        c.find(Locator::Css("table.items a"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        text_becomes(
+            &c,
+            "dl.meta dd:nth-of-type(1)",
+            "replayed",
+            Duration::from_secs(5),
+        )
+        .await;
+        shot(&c, "replayed-record").await;
+        c.goto(&s.url("/ui/replays")).await.unwrap();
+        c.wait()
+            .for_element(Locator::Css(&format!("a[href='{}']", job_url.path())))
+            .await
+            .unwrap();
+        shot(&c, "replays").await;
+        c.close().await.unwrap();
+    }
 }
 
 #[test]

@@ -635,6 +635,17 @@ fn next_page(q: &ListQuery, cursor: &str) -> String {
 
 // ---- detail ----
 
+/// The headers of a payload that is n8n's webhook item (redacted at ingest like the rest).
+fn webhook_headers(
+    payload: Option<&crate::store::DocumentView>,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let v: serde_json::Value = serde_json::from_str(&payload?.json).ok()?;
+    if !crate::model::delivery::is_webhook_item(&v) {
+        return None;
+    }
+    v.get("headers")?.as_object().cloned()
+}
+
 /// How one payload version differs from the one before it, as RFC 6902 operations.
 fn version_diff(before: &str, after: &str) -> String {
     match (
@@ -700,6 +711,12 @@ async fn detail(
                 dt { "First seen" } dd { (when(r.first_seen_at)) }
                 dt { "Idempotency key" } dd { code { (r.facts.idempotency_key.clone().unwrap_or_default()) } }
                 dt { "Owner" } dd { (r.owner.clone().unwrap_or_default()) }
+                @if let Some(st) = &d.enrichment.state {
+                    dt { "From n8n" } dd.enrichment {
+                        (st)
+                        @if let Some(det) = &d.enrichment.detail { " " code { (det.to_string()) } }
+                    }
+                }
             }
             h2 { "Error" }
             p.error-message { (r.facts.error_message.clone().unwrap_or_default()) }
@@ -710,6 +727,21 @@ async fn detail(
             @match &d.payload {
                 Some(p) => { p.small { "Version " (p.version) " of " (d.payload_versions.len()) ", " (p.size) " bytes" } pre.payload { (pretty(&p.json)) } }
                 None => p { "No payload (an Error Trigger record carries only the error)." }
+            }
+            @if let Some(h) = webhook_headers(d.payload.as_ref()) {
+                h2 { "Headers the webhook received (secrets redacted)" }
+                table.headers {
+                    thead { tr { th { "Header" } th { "Value" } } }
+                    tbody { @for (k, val) in &h {
+                        tr { td { code { (k) } } td { code { (val.as_str().map(str::to_owned).unwrap_or_else(|| val.to_string())) } } }
+                    } }
+                }
+            }
+            @if let Some(inputs) = &d.enrichment.failing_node_inputs {
+                details {
+                    summary { "The failing node's input items, as n8n had them" }
+                    pre { (serde_json::to_string_pretty(inputs).unwrap_or_default()) }
+                }
             }
             @if history.len() > 1 {
                 h2 { "Payload versions" }
@@ -751,6 +783,9 @@ async fn detail(
                 div.buttons {
                     button type="submit" name="action" value="note" { "Add note" }
                     button type="submit" name="action" value="assign" { "Assign to (the name above; empty: nobody)" }
+                    @if d.enrichment.state.is_some() {
+                        button type="submit" name="action" value="enrich" { "Fetch from n8n again" }
+                    }
                     @if !closed {
                         button type="submit" name="action" value="resolve" { "Resolve" }
                         button type="submit" name="action" value="skip" { "Skip (needs a reason)" }
@@ -816,11 +851,28 @@ async fn act(
     let Ok(rid) = crate::model::RecordId::parse(&id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    let back = format!("/ui/records/{}", rid.get());
+    if f.action == "enrich" {
+        let asked = state
+            .store
+            .writer
+            .enrich(crate::store::enrich::Enrich {
+                id: rid.get(),
+                at_ms: chrono::Utc::now().timestamp_millis(),
+                actor: v.actor(),
+                result: crate::store::enrich::EnrichResult::Requested,
+            })
+            .await;
+        return match asked {
+            Ok(_) => Redirect::to(&back).into_response(),
+            Err(e) => not_done(StatusCode::CONFLICT, "Not done", &v, &e.to_string(), &back),
+        };
+    }
     let text = f.text.trim();
     let reason = (!text.is_empty()).then(|| text.to_owned());
     let mut change = Change {
         id: rid.get(),
-        actor: format!("{} (ui)", v.name),
+        actor: v.actor(),
         at_ms: chrono::Utc::now().timestamp_millis(),
         expected_version: f.version,
         ..Change::default()
@@ -935,7 +987,7 @@ async fn group_act(
         .writer
         .group_action(GroupAction {
             fingerprint: fp,
-            actor: format!("{} (ui)", v.name),
+            actor: v.actor(),
             at_ms: chrono::Utc::now().timestamp_millis(),
             kind,
             text: (!text.is_empty()).then(|| text.to_owned()),
@@ -1159,7 +1211,7 @@ async fn edit(
     }
     let change = Change {
         id,
-        actor: format!("{} (ui)", v.name),
+        actor: v.actor(),
         at_ms: chrono::Utc::now().timestamp_millis(),
         expected_version: f.version,
         payload: Some(pe),

@@ -218,7 +218,7 @@ pub(super) async fn job(
                     tbody { @for i in &j.items {
                         @let d = i.detail.clone().unwrap_or(Value::Null);
                         tr {
-                            td { (i.seq) }
+                            td { (i.seq + 1) }
                             td { a href=(format!("/ui/records/{}", i.record_id)) { (i.record_id) } }
                             td.state { (i.state) }
                             td { (d["target"].as_str().unwrap_or_default()) }
