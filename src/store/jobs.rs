@@ -355,3 +355,10 @@ pub fn list(conn: &Connection, limit: usize) -> Result<Vec<JobLine>, StoreError>
         })
         .collect()
 }
+
+/// How many jobs wait for a second person's approval.
+pub fn awaiting_approval(conn: &Connection) -> Result<i64, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM replay_jobs WHERE status = 'awaiting_approval'")?
+        .query_row([], |r| r.get(0))?)
+}

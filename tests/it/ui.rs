@@ -888,6 +888,29 @@ impl<'a> Ui<'a> {
     }
 }
 
+/// The `seen` marks of a dry-run page's confirm form (how the dry run saw each record).
+fn seen(dry: &str) -> Vec<String> {
+    dry.match_indices("name=\"seen\" value=\"")
+        .map(|(at, m)| {
+            let rest = &dry[at + m.len()..];
+            rest[..rest.find('"').unwrap()].to_owned()
+        })
+        .collect()
+}
+
+impl Ui<'_> {
+    /// Dry run, then confirm what it showed: the job's page (or the status and page).
+    fn replay(&self, id: i64) -> (u16, String, String) {
+        let ids = id.to_string();
+        let (st, _, dry) = self.post("/ui/replay", &[("ids", &ids)], true);
+        assert_eq!(st, 200, "{dry}");
+        let marks = seen(&dry);
+        let mut fields = vec![("ids", ids.as_str()), ("confirm", "yes")];
+        fields.extend(marks.iter().map(|m| ("seen", m.as_str())));
+        self.post("/ui/replay", &fields, true)
+    }
+}
+
 fn ingest(s: &Server, partition: &str, n: i64) -> i64 {
     let r = s
         .client
@@ -957,12 +980,32 @@ fn a_replay_from_the_page_is_a_dry_run_first_then_a_job_that_delivers() {
     assert!(target.got().is_empty(), "a dry run sends nothing");
     assert_eq!(record(&s, id)["status"], "review");
 
-    // Confirmed: a job, its page, the delivery.
-    let (st, location, _) = ana.post(
-        "/ui/replay",
-        &[("ids", &id.to_string()), ("confirm", "yes")],
+    // What the dry run showed is what is confirmed: a change in between (here a second edit)
+    // shows the dry run again instead of sending.
+    let marks = seen(&dry);
+    assert_eq!(marks, [format!("{id}:2:review")]);
+    let refixed = r#"{"orderId": "A-1", "amount": 13.5}"#;
+    let (st, _, _) = ana.post(
+        &format!("/ui/records/{id}/edit"),
+        &[("json", refixed), ("version", "2"), ("confirm", "yes")],
         true,
     );
+    assert_eq!(st, 303);
+    let (st, _, again) = ana.post(
+        "/ui/replay",
+        &[
+            ("ids", &id.to_string()),
+            ("confirm", "yes"),
+            ("seen", &marks[0]),
+        ],
+        true,
+    );
+    assert_eq!(st, 200);
+    assert!(again.contains("changed since the dry run"), "{again}");
+    assert!(target.got().is_empty());
+
+    // Confirmed: a job, its page, the delivery.
+    let (st, location, _) = ana.replay(id);
     assert_eq!(st, 303);
     assert!(location.starts_with("/ui/replays/"), "{location}");
     let job_page = crate::harness::eventually(
@@ -982,7 +1025,7 @@ fn a_replay_from_the_page_is_a_dry_run_first_then_a_job_that_delivers() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].header("idempotency-key"), Some("order-1"));
     let sent: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
-    assert_eq!(sent["amount"], 12.5, "the edited version is what was sent");
+    assert_eq!(sent["amount"], 13.5, "the newest version is what was sent");
     let rec = record(&s, id);
     assert_eq!(rec["status"], "replayed");
     assert!(rec["events"]
@@ -1007,11 +1050,7 @@ fn a_replay_in_an_approval_partition_waits_for_another_person() {
     let ana = Ui::sign_in(&s, OPS);
     let (_, _, dry) = ana.post("/ui/replay", &[("ids", &id.to_string())], true);
     assert!(dry.contains("needs a second person"), "{dry}");
-    let (st, job, _) = ana.post(
-        "/ui/replay",
-        &[("ids", &id.to_string()), ("confirm", "yes")],
-        true,
-    );
+    let (st, job, _) = ana.replay(id);
     assert_eq!(st, 303);
     let (_, page) = ana.get(&job);
     assert!(page.contains("data-status=\"awaiting_approval\""), "{page}");
@@ -1030,6 +1069,11 @@ fn a_replay_in_an_approval_partition_waits_for_another_person() {
 
     // bob (admin) sees it first in the list and approves it.
     let bob = Ui::sign_in(&s, ADMIN);
+    let (_, overview) = bob.get("/ui");
+    assert!(
+        overview.contains("1</span> replay job(s) awaiting approval"),
+        "{overview}"
+    );
     let (_, jobs) = bob.get("/ui/replays");
     assert!(
         jobs.contains("<strong>awaiting_approval</strong>"),
@@ -1052,11 +1096,7 @@ fn a_replay_in_an_approval_partition_waits_for_another_person() {
 
     // bob's own request in billing needs someone else: he cannot approve it himself.
     let other = ingest(&s, "billing", 3);
-    let (_, job2, _) = bob.post(
-        "/ui/replay",
-        &[("ids", &other.to_string()), ("confirm", "yes")],
-        true,
-    );
+    let (_, job2, _) = bob.replay(other);
     let (st, _, refused) = bob.post(&format!("{job2}/act"), &[("action", "approve")], true);
     assert_eq!(st, 409);
     assert!(refused.contains("needs a second person"), "{refused}");

@@ -439,10 +439,11 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
         let s = p.stats(now, &money)?;
         let (i, c) = p.with(|c| crate::store::stats::hourly(c, now, 48))?;
         let g = p.gauges()?;
-        Ok((s, i, c, g))
+        let waiting = p.with(crate::store::jobs::awaiting_approval)?;
+        Ok((s, i, c, g, waiting))
     })
     .await;
-    let Ok((s, ingress, closed, g)) = got else {
+    let Ok((s, ingress, closed, g, waiting)) = got else {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
             "the database could not be read",
@@ -466,6 +467,9 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
                 div.tile {
                     "Oldest open: "
                     @match oldest { Some(t) => (when(crate::store::ms_to_time(t))), None => "none" }
+                }
+                @if waiting > 0 {
+                    div.tile { a href="/ui/replays" { span.n { (waiting) } " replay job(s) awaiting approval" } }
                 }
             }
             h2 { "In and closed per hour, last 48 h" }

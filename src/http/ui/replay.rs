@@ -54,7 +54,30 @@ pub(super) async fn request(
         _ => "/ui/records".to_owned(),
     };
     let new_keys = f.one("new_keys") == "yes";
-    let confirm = f.one("confirm") == "yes";
+    let mut confirm = f.one("confirm") == "yes";
+    // What the dry run showed (`seen=id:version:status`): if a record changed since (another
+    // edit, a retry, someone resolved it), show the dry run again instead of sending.
+    let mut changed = Vec::new();
+    if confirm {
+        let seen: Vec<String> = f.all("seen").map(str::to_owned).collect();
+        let wanted = ids.clone();
+        let now = read(&state.store.readers, move |p| {
+            wanted
+                .iter()
+                .map(|id| p.summary(*id))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await;
+        if let Ok(now) = now {
+            for r in now {
+                let mark = seen_mark(r.id, r.payload_version, r.status.as_str());
+                if !seen.contains(&mark) {
+                    changed.push(r.id);
+                }
+            }
+        }
+        confirm = changed.is_empty();
+    }
     let body = ReplayBody {
         ids: Some(ids.clone()),
         new_keys,
@@ -84,6 +107,9 @@ pub(super) async fn request(
         "Replay: dry run",
         Some(&v),
         html! {
+            @if !changed.is_empty() {
+                p.notice role="alert" { "Not sent: record(s) " (changed.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(", ")) " changed since the dry run. Here it is again; look before you confirm." }
+            }
             p { "Nothing has been sent. " strong { (would_send) } " of " (items.len())
                 " record(s) would be sent, " (items.len() as u64 - would_send) " skipped." }
             table.dry-run {
@@ -113,6 +139,13 @@ pub(super) async fn request(
                 form.card method="post" action="/ui/replay" {
                     input type="hidden" name="csrf" value=(v.csrf);
                     @for id in &ids { input type="hidden" name="ids" value=(id); }
+                    @for i in &items {
+                        input type="hidden" name="seen" value=(seen_mark(
+                            i["id"].as_i64().unwrap_or_default(),
+                            i["payload_version"].as_i64(),
+                            i["status"].as_str().unwrap_or_default(),
+                        ));
+                    }
                     @if new_keys { input type="hidden" name="new_keys" value="yes"; }
                     input type="hidden" name="confirm" value="yes";
                     div.buttons { button type="submit" { "Replay " (would_send) " record(s) now" } }
@@ -122,6 +155,11 @@ pub(super) async fn request(
         },
     )
     .into_response()
+}
+
+/// How the dry run saw a record: its id, payload version and status.
+fn seen_mark(id: i64, version: Option<i64>, status: &str) -> String {
+    format!("{id}:{}:{status}", version.unwrap_or(0))
 }
 
 fn diff_cell(diff: &Value) -> maud::Markup {
