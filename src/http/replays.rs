@@ -279,7 +279,7 @@ async fn dry_run(
 }
 
 /// A job as the API shows it: the stored job, and what its runner waits for now.
-pub(super) async fn job_json(state: &AppState, id: i64) -> Result<Value, ApiError> {
+async fn job_json(state: &AppState, id: i64) -> Result<Value, ApiError> {
     let job = read(&state.store.readers, move |p| p.job(id)).await?;
     let mut v = serde_json::to_value(&job).map_err(|_| ApiError::internal())?;
     v["note"] = json!(runner_note(state, id, job.status));
