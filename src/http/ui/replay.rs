@@ -246,7 +246,7 @@ pub(super) async fn job(
                     @if let Some(n) = &note { dt { "Now" } dd { (n) } }
                 }
                 p {
-                    progress max=(j.counts.total.max(1)) value=(done) {}
+                    progress max=(j.counts.total.max(1)) value=(done) aria-label="Items done" {}
                     " " strong.counts { (done) " of " (j.counts.total) } " done: "
                     (j.counts.succeeded) " sent, " (j.counts.failed) " failed, " (j.counts.skipped) " skipped, " (j.counts.pending) " pending"
                     @if !fin { span.small { " (this page follows the job; without JavaScript, reload it)" } }
