@@ -1,7 +1,8 @@
-//! The admin page over HTTP (the browser tests come with the rest of the UI issue): sign-in
-//! into an HttpOnly SameSite=Strict session, the CSP on every answer, values escaped (a
-//! `<script>` payload is text), forms refused without their CSRF token, and actions audited
-//! as the signed-in name.
+//! The admin page, over HTTP and in a real browser (`mod browser`): sign-in into an HttpOnly
+//! SameSite=Strict session, the CSP on every answer, values escaped (a `<script>` payload is
+//! text), forms refused without their CSRF token, actions audited as the signed-in name, bulk
+//! selection, payload versions, replay (dry run, confirm, job page, live progress) and the
+//! two-person approval.
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -410,8 +411,8 @@ mod browser {
         assert_eq!(status, "resolved");
         shot(&c, "resolved").await;
 
-        // The same form without its CSRF token is refused (the page runs no script — its CSP
-        // allows none; WebDriver's own script removes the field).
+        // The same form without its CSRF token is refused (WebDriver's own script removes the
+        // field; the page's CSP would refuse an inline one).
         c.execute(
             r#"document.querySelector('form[action$="/act"] input[name=csrf]').remove();"#,
             vec![],
