@@ -1157,4 +1157,37 @@ fn records_chosen_in_the_list_are_changed_together_each_audited() {
         true,
     );
     assert!(again.contains("<strong>1</strong> of 2"), "{again}");
+
+    // The list's filters are the API's: status (a choice), owner, dates, and paging keeps them.
+    let c = ids[2].to_string();
+    let (st, _, _) = ana.post(
+        "/ui/records/bulk",
+        &[("ids", c.as_str()), ("action", "assign"), ("text", "carl")],
+        true,
+    );
+    assert_eq!(st, 200);
+    let (_, mine) = ana.get("/ui/records?owner=carl&status=");
+    assert!(mine.contains(&format!("value=\"{c}\"")), "{mine}");
+    assert!(!mine.contains(&format!("value=\"{a}\"")), "{mine}");
+    let (_, resolved) = ana.get("/ui/records?status=resolved&since=2020-01-01&limit=1");
+    assert!(
+        resolved.contains("<option value=\"resolved\" selected>"),
+        "{resolved}"
+    );
+    assert!(
+        resolved.contains("name=\"since\" value=\"2020-01-01\""),
+        "{resolved}"
+    );
+    let at =
+        resolved.find("rel=\"next\" href=\"").expect("a next page") + "rel=\"next\" href=\"".len();
+    let next = resolved[at..at + resolved[at..].find('"').unwrap()].replace("&amp;", "&");
+    assert!(
+        next.contains("status=resolved") && next.contains("since=2020-01-01"),
+        "{next}"
+    );
+    let (_, older) = ana.get(&next);
+    assert!(older.contains(&format!("value=\"{a}\"")), "{older}");
+    let (st, bad) = ana.get("/ui/records?since=yesterday");
+    assert_eq!(st, 422);
+    assert!(bad.contains("is not a time"), "{bad}");
 }

@@ -533,15 +533,7 @@ async fn list(
             *f = None;
         }
     }
-    let echo = ListQuery {
-        status: q.status.clone(),
-        partition: q.partition.clone(),
-        workflow: q.workflow.clone(),
-        failure_class: q.failure_class.clone(),
-        fingerprint: q.fingerprint.clone(),
-        q: q.q.clone(),
-        ..ListQuery::default()
-    };
+    let echo = filters(&q);
     let filter = match filter_from(q) {
         Ok(f) => f,
         Err(e) => {
@@ -559,9 +551,24 @@ async fn list(
         )
             .into_response();
     };
-    let field = |name: &str, label: &str, value: &Option<String>| {
+    let value = |name: &str| {
+        echo.iter()
+            .find(|(k, _)| *k == name)
+            .and_then(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let text = |name: &str, label: &str, kind: &str| {
         html! {
-            label { (label) input type="text" name=(name) value=(value.clone().unwrap_or_default()); }
+            label { (label) input type=(kind) name=(name) value=(value(name)); }
+        }
+    };
+    let choice = |name: &str, label: &str, options: Vec<&'static str>| {
+        let now = value(name);
+        html! {
+            label { (label) select name=(name) {
+                option value="" { "any" }
+                @for o in options { option value=(o) selected[o == now] { (o) } }
+            } }
         }
     };
     page(
@@ -569,11 +576,15 @@ async fn list(
         Some(&v),
         html! {
             form.filters method="get" action="/ui/records" {
-                (field("status", "Status", &echo.status))
-                (field("partition", "Partition", &echo.partition))
-                (field("workflow", "Workflow", &echo.workflow))
-                (field("failure_class", "Class", &echo.failure_class))
-                (field("q", "Message contains", &echo.q))
+                (choice("status", "Status", Status::ALL.iter().map(|s| s.as_str()).collect()))
+                (text("partition", "Partition", "text"))
+                (text("workflow", "Workflow", "text"))
+                (choice("failure_class", "Class", crate::model::FailureClass::ALL.iter().map(|c| c.as_str()).collect()))
+                (text("owner", "Owner", "text"))
+                (text("fingerprint", "Fingerprint", "text"))
+                (text("since", "Seen since (date)", "date"))
+                (text("until", "Seen before (date)", "date"))
+                (text("q", "Message contains", "text"))
                 button type="submit" { "Filter" }
             }
             form #bulk method="post" action="/ui/records/bulk" {
@@ -620,21 +631,30 @@ async fn list(
 }
 
 /// The same filters, one page further.
-fn next_page(q: &ListQuery, cursor: &str) -> String {
+fn next_page(filters: &[(&str, Option<String>)], cursor: &str) -> String {
     let mut parts = vec![format!("cursor={}", crate::text::urlencode(cursor))];
-    for (k, v) in [
-        ("status", &q.status),
-        ("partition", &q.partition),
-        ("workflow", &q.workflow),
-        ("failure_class", &q.failure_class),
-        ("fingerprint", &q.fingerprint),
-        ("q", &q.q),
-    ] {
+    for (k, v) in filters {
         if let Some(v) = v {
             parts.push(format!("{k}={}", crate::text::urlencode(v)));
         }
     }
     format!("/ui/records?{}", parts.join("&"))
+}
+
+/// The list's filters as given (the API's, but paging), by query key: echoed in the form and
+/// carried to the next page.
+fn filters(q: &ListQuery) -> Vec<(&'static str, Option<String>)> {
+    vec![
+        ("status", q.status.clone()),
+        ("partition", q.partition.clone()),
+        ("workflow", q.workflow.clone()),
+        ("owner", q.owner.clone()),
+        ("failure_class", q.failure_class.clone()),
+        ("fingerprint", q.fingerprint.clone()),
+        ("since", q.since.clone()),
+        ("until", q.until.clone()),
+        ("q", q.q.clone()),
+    ]
 }
 
 // ---- detail ----
