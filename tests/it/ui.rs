@@ -607,6 +607,15 @@ mod browser {
         )
         .await;
         shot(&c, "replayed-record").await;
+        let attempts = c.find(Locator::Css("table.attempts")).await.unwrap();
+        assert!(attempts.text().await.unwrap().contains("order-42 v2"));
+        c.execute(
+            "document.querySelector('table.attempts').scrollIntoView();",
+            vec![],
+        )
+        .await
+        .unwrap();
+        shot(&c, "attempts").await;
         c.goto(&s.url("/ui/replays")).await.unwrap();
         c.wait()
             .for_element(Locator::Css(&format!("a[href='{}']", job_url.path())))
@@ -1036,6 +1045,10 @@ fn a_replay_from_the_page_is_a_dry_run_first_then_a_job_that_delivers() {
         .any(|e| e["actor"] == "ana (ui)" && e["kind"] == "status_changed"));
     let (_, jobs) = ana.get("/ui/replays");
     assert!(jobs.contains(&format!("href=\"{location}\"")), "{jobs}");
+    // The record's attempts show the key and version sent and the target's answer.
+    let (_, page) = ana.get(&format!("/ui/records/{id}"));
+    assert!(page.contains("<code>order-1</code> v3"), "{page}");
+    assert!(page.contains("n8n execution <code>77</code>"), "{page}");
 
     // A second replay of the same record: the dry run says why it would be skipped.
     let (_, _, dry) = ana.post("/ui/replay", &[("ids", &id.to_string())], true);

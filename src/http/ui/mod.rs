@@ -20,7 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 
 mod replay;
@@ -837,16 +837,25 @@ async fn detail(
             } }
             @if !d.deliveries.is_empty() {
                 h2 { "Delivery attempts" }
-                table {
-                    thead { tr { th { "#" } th { "When" } th { "Target" } th { "Outcome" } th.num { "Status" } th { "Answer" } } }
+                table.attempts {
+                    thead { tr { th { "#" } th { "When" } th { "Target" } th { "Key, version" } th { "Outcome" } th.num { "HTTP" } th.num { "ms" } th { "The target's answer" } } }
                     tbody { @for a in &d.deliveries {
-                        tr { td { (a.attempt) } td { (when(a.at)) } td { (a.target) } td { (a.outcome) }
+                        tr { td { (a.attempt) } td { (when(a.at)) }
+                             td { (a.target) br; code.small { (a.url) } }
+                             td { code { (a.idempotency_key) } @if let Some(pv) = a.payload_version { " v" (pv) } }
+                             td { (a.outcome) }
                              td.num { (a.status_code.map(|s| s.to_string()).unwrap_or_default()) }
-                             td { (a.error.clone().or(a.response_excerpt.clone()).unwrap_or_default()) } }
+                             td.num { (a.latency_ms) }
+                             td {
+                                 @if let Some(e) = &a.error { span.error { (e) } br; }
+                                 @if let Some(x) = &a.response_excerpt { code { (crate::text::clip(x, 300)) } }
+                                 @if let Some(ex) = &a.downstream_execution_id { br; "n8n execution " code { (ex) } }
+                                 @if let Some(ra) = a.retry_after_ms { br; span.small { "Retry-After " (ra / 1000) " s" } }
+                             }
+                        }
                     } }
                 }
             }
-            (PreEscaped(""))
         },
     )
     .into_response()
