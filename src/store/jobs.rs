@@ -218,38 +218,47 @@ pub fn set_item(conn: &Connection, o: &ItemOutcome) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The columns `job_row` reads, in its order.
+const JOB_COLUMNS: &str = "j.id, j.status, j.created_at, j.created_by, j.approved_by, j.new_keys,
+    j.batch_size, j.stop_failure_ratio, j.stop_reason, j.spec";
+
+/// A job from a row of `JOB_COLUMNS` (items and counts left empty).
+fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, JobView)> {
+    let spec: String = r.get(9)?;
+    Ok((
+        r.get(1)?,
+        JobView {
+            id: r.get(0)?,
+            status: JobStatus::Done,
+            created_at: ms_to_time(r.get(2)?),
+            created_by: r.get(3)?,
+            approved_by: r.get(4)?,
+            new_keys: r.get(5)?,
+            batch_size: r.get(6)?,
+            stop_failure_ratio: r.get(7)?,
+            stop_reason: r.get(8)?,
+            spec: serde_json::from_str(&spec).unwrap_or_default(),
+            counts: JobCounts::default(),
+            items: Vec::new(),
+        },
+    ))
+}
+
+/// The status column read as text, parsed.
+fn with_status((status, mut job): (String, JobView)) -> Result<JobView, StoreError> {
+    job.status = JobStatus::parse(&status)?;
+    Ok(job)
+}
+
 pub fn get(conn: &Connection, id: i64) -> Result<JobView, StoreError> {
     let mut job = conn
-        .prepare_cached(
-            "SELECT id, status, created_at, created_by, approved_by, new_keys, batch_size,
-                    stop_failure_ratio, stop_reason, spec FROM replay_jobs WHERE id = ?1",
-        )?
-        .query_row([id], |r| {
-            let spec: String = r.get(9)?;
-            Ok((
-                r.get::<_, String>(1)?,
-                JobView {
-                    id: r.get(0)?,
-                    status: JobStatus::Done,
-                    created_at: ms_to_time(r.get(2)?),
-                    created_by: r.get(3)?,
-                    approved_by: r.get(4)?,
-                    new_keys: r.get(5)?,
-                    batch_size: r.get(6)?,
-                    stop_failure_ratio: r.get(7)?,
-                    stop_reason: r.get(8)?,
-                    spec: serde_json::from_str(&spec).unwrap_or_default(),
-                    counts: JobCounts::default(),
-                    items: Vec::new(),
-                },
-            ))
-        })
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS} FROM replay_jobs j WHERE j.id = ?1"
+        ))?
+        .query_row([id], job_row)
         .optional()?
         .ok_or(StoreError::NoJob(id))
-        .and_then(|(status, mut j)| {
-            j.status = JobStatus::parse(&status)?;
-            Ok(j)
-        })?;
+        .and_then(with_status)?;
     job.items = conn
         .prepare_cached("SELECT seq, record_id, state, detail FROM replay_job_items WHERE job_id = ?1 ORDER BY seq")?
         .query_map([id], |r| {
@@ -301,59 +310,32 @@ pub fn open_jobs_of(conn: &Connection, actor: &str) -> Result<i64, StoreError> {
         .query_row([actor], |r| r.get(0))?)
 }
 
-/// One line of the jobs list: a job and its counts, without its items.
-#[derive(Debug, Clone)]
-pub struct JobLine {
-    pub id: i64,
-    pub status: JobStatus,
-    pub created_at: chrono::DateTime<chrono::Utc>,
-    pub created_by: String,
-    pub approved_by: Option<String>,
-    pub stop_reason: Option<String>,
-    pub counts: JobCounts,
-}
-
-/// The newest jobs, newest first, each with its counts (one query).
-pub fn list(conn: &Connection, limit: usize) -> Result<Vec<JobLine>, StoreError> {
+/// The newest jobs, newest first, each with its counts but not its items (one query).
+pub fn list(conn: &Connection, limit: usize) -> Result<Vec<JobView>, StoreError> {
     let rows = conn
-        .prepare_cached(
-            "SELECT j.id, j.status, j.created_at, j.created_by, j.approved_by, j.stop_reason,
-                    count(i.seq),
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS}, count(i.seq),
                     coalesce(sum(i.state = 'pending'), 0),
                     coalesce(sum(i.state = 'succeeded'), 0),
                     coalesce(sum(i.state = 'failed'), 0)
              FROM replay_jobs j LEFT JOIN replay_job_items i ON i.job_id = j.id
-             GROUP BY j.id ORDER BY j.id DESC LIMIT ?1",
-        )?
+             GROUP BY j.id ORDER BY j.id DESC LIMIT ?1"
+        ))?
         .query_map([limit as i64], |r| {
-            let total: i64 = r.get(6)?;
-            let (pending, succeeded, failed): (i64, i64, i64) = (r.get(7)?, r.get(8)?, r.get(9)?);
-            Ok((
-                r.get::<_, String>(1)?,
-                JobLine {
-                    id: r.get(0)?,
-                    status: JobStatus::Done,
-                    created_at: ms_to_time(r.get(2)?),
-                    created_by: r.get(3)?,
-                    approved_by: r.get(4)?,
-                    stop_reason: r.get(5)?,
-                    counts: JobCounts {
-                        total,
-                        pending,
-                        succeeded,
-                        failed,
-                        skipped: total - pending - succeeded - failed,
-                    },
-                },
-            ))
+            let (status, mut job) = job_row(r)?;
+            let (total, pending, succeeded, failed): (i64, i64, i64, i64) =
+                (r.get(10)?, r.get(11)?, r.get(12)?, r.get(13)?);
+            job.counts = JobCounts {
+                total,
+                pending,
+                succeeded,
+                failed,
+                skipped: total - pending - succeeded - failed,
+            };
+            Ok((status, job))
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    rows.into_iter()
-        .map(|(status, mut line)| {
-            line.status = JobStatus::parse(&status)?;
-            Ok(line)
-        })
-        .collect()
+    rows.into_iter().map(with_status).collect()
 }
 
 /// How many jobs wait for a second person's approval.

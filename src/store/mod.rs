@@ -292,7 +292,7 @@ impl ReadPool {
     }
 
     /// The newest replay jobs, each with its counts (no items).
-    pub fn jobs(&self, limit: usize) -> Result<Vec<jobs::JobLine>, StoreError> {
+    pub fn jobs(&self, limit: usize) -> Result<Vec<jobs::JobView>, StoreError> {
         self.with(|c| jobs::list(c, limit))
     }
 

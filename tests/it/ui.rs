@@ -38,22 +38,159 @@ fn csrf(page: &str) -> String {
     page[at..at + 64].to_owned()
 }
 
-#[test]
-fn sign_in_escape_csrf_and_audit() {
-    let s = server();
-    let c = client();
+const ADMIN: &str = "ui-admin-token-0123456789abcdefgh";
+
+/// A server with a replay target, an operator (ana), an admin (bob) and n8n's ingest token;
+/// partition "billing" needs a second person to approve its replays.
+fn replay_server(target: &str) -> Server {
+    let d = |t: &str| hex::encode(Sha256::digest(t.as_bytes()));
+    Server::start_with(&format!(
+        "[[auth.tokens]]\nname = \"ana\"\nrole = \"operator\"\nsha256 = \"{}\"\n\
+         [[auth.tokens]]\nname = \"bob\"\nrole = \"admin\"\nsha256 = \"{}\"\n\
+         [[auth.tokens]]\nname = \"n8n\"\nrole = \"ingest\"\nsha256 = \"{}\"\n\
+         [delivery]\ntick = \"50ms\"\nrate_initial = 100.0\nrate_max = 100.0\n\
+         [replay]\nrequire_approval = [\"billing\"]\n\
+         [[targets]]\nname = \"orders\"\nurl = \"{target}\"\npartitions = [\"orders\", \"billing\"]\n",
+        d(OPS),
+        d(ADMIN),
+        d(INGEST)
+    ))
+}
+
+/// A signed-in browser stand-in: its session cookie, and the CSRF token of the last page read.
+struct Ui<'a> {
+    s: &'a Server,
+    c: reqwest::blocking::Client,
+    cookie: String,
+    csrf: String,
+}
+
+impl<'a> Ui<'a> {
+    fn sign_in(s: &'a Server, token: &str) -> Ui<'a> {
+        let c = client();
+        let r = c
+            .post(s.url("/ui/signin"))
+            .form(&[("token", token)])
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 303);
+        let cookie = r.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let mut ui = Ui {
+            s,
+            c,
+            cookie,
+            csrf: String::new(),
+        };
+        let (_, page) = ui.get("/ui/records");
+        ui.csrf = csrf(&page);
+        ui
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let r = self
+            .c
+            .get(self.s.url(path))
+            .header("cookie", &self.cookie)
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    }
+
+    /// A form post (fields may repeat); `with_csrf` adds the session's token.
+    fn post(&self, path: &str, fields: &[(&str, &str)], with_csrf: bool) -> (u16, String, String) {
+        let mut all: Vec<(&str, &str)> = fields.to_vec();
+        if with_csrf {
+            all.push(("csrf", &self.csrf));
+        }
+        let r = self
+            .c
+            .post(self.s.url(path))
+            .header("cookie", &self.cookie)
+            .form(&all)
+            .send()
+            .unwrap();
+        let location = r
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (r.status().as_u16(), location, r.text().unwrap())
+    }
+}
+
+/// The `seen` marks of a dry-run page's confirm form (how the dry run saw each record).
+fn seen(dry: &str) -> Vec<String> {
+    dry.match_indices("name=\"seen\" value=\"")
+        .map(|(at, m)| {
+            let rest = &dry[at + m.len()..];
+            rest[..rest.find('"').unwrap()].to_owned()
+        })
+        .collect()
+}
+
+impl Ui<'_> {
+    /// Dry run, then confirm what it showed: the job's page (or the status and page).
+    fn replay(&self, id: i64) -> (u16, String, String) {
+        let ids = id.to_string();
+        let (st, _, dry) = self.post("/ui/replay", &[("ids", &ids)], true);
+        assert_eq!(st, 200, "{dry}");
+        let marks = seen(&dry);
+        let mut fields = vec![("ids", ids.as_str()), ("confirm", "yes")];
+        fields.extend(marks.iter().map(|m| ("seen", m.as_str())));
+        self.post("/ui/replay", &fields, true)
+    }
+}
+
+/// A record posted with n8n's ingest token; its id.
+fn post_record(s: &Server, body: serde_json::Value) -> i64 {
     let r = s
         .client
         .post(s.url("/v1/dead-letters"))
         .bearer_auth(INGEST)
         .header("content-type", "application/json")
-        .body(json!({"payload": {"note": "<script>alert('x')</script>"}, "error": {"message": "<b>boom</b>", "status": 422}}).to_string())
+        .body(body.to_string())
         .send()
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
-    let id = r.json::<serde_json::Value>().unwrap()["id"]
+    r.json::<serde_json::Value>().unwrap()["id"]
         .as_i64()
-        .unwrap();
+        .unwrap()
+}
+
+/// An order whose amount is missing (validation: it waits for a person), key `order-N`.
+fn ingest(s: &Server, partition: &str, n: i64) -> i64 {
+    post_record(
+        s,
+        json!({"partition": partition, "payload": {"orderId": format!("A-{n}"), "amount": null},
+               "idempotency_key": format!("order-{n}"),
+               "error": {"message": "amount is required", "status": 422}}),
+    )
+}
+
+fn record(s: &Server, id: i64) -> serde_json::Value {
+    s.client
+        .get(s.url(&format!("/v1/dead-letters/{id}")))
+        .bearer_auth(OPS)
+        .send()
+        .unwrap()
+        .json::<serde_json::Value>()
+        .unwrap()
+}
+
+#[test]
+fn sign_in_escape_csrf_and_audit() {
+    let s = server();
+    let c = client();
+    let id = post_record(
+        &s,
+        json!({"payload": {"note": "<script>alert('x')</script>"}, "error": {"message": "<b>boom</b>", "status": 422}}),
+    );
 
     let r = c.get(s.url("/ui")).send().unwrap();
     assert_eq!(r.status().as_u16(), 303);
@@ -134,27 +271,13 @@ fn sign_in_escape_csrf_and_audit() {
         .as_u16(),
         403
     );
-    let rec = s
-        .client
-        .get(s.url(&format!("/v1/dead-letters/{id}")))
-        .bearer_auth(OPS)
-        .send()
-        .unwrap()
-        .json::<serde_json::Value>()
-        .unwrap();
+    let rec = record(&s, id);
     assert_eq!(rec["status"], "review");
 
     let token = csrf(&page);
     let r = act(&[("action", "assign"), ("text", "bob"), ("csrf", &token)]);
     assert_eq!(r.status().as_u16(), 303, "{:?}", r.text());
-    let rec = s
-        .client
-        .get(s.url(&format!("/v1/dead-letters/{id}")))
-        .bearer_auth(OPS)
-        .send()
-        .unwrap()
-        .json::<serde_json::Value>()
-        .unwrap();
+    let rec = record(&s, id);
     assert_eq!(rec["owner"], "bob", "assigned from the page");
     let r = act(&[
         ("action", "resolve"),
@@ -162,14 +285,7 @@ fn sign_in_escape_csrf_and_audit() {
         ("csrf", &token),
     ]);
     assert_eq!(r.status().as_u16(), 303, "{:?}", r.text());
-    let rec = s
-        .client
-        .get(s.url(&format!("/v1/dead-letters/{id}")))
-        .bearer_auth(OPS)
-        .send()
-        .unwrap()
-        .json::<serde_json::Value>()
-        .unwrap();
+    let rec = record(&s, id);
     assert_eq!(rec["status"], "resolved");
     let last = rec["events"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["actor"], "ana (ui)", "audited as the signed-in name");
@@ -629,68 +745,29 @@ mod browser {
 #[test]
 fn a_failure_group_is_resolved_in_one_action_each_record_audited() {
     let s = server();
-    let c = client();
     for n in 0..3 {
-        let r = s
-            .client
-            .post(s.url("/v1/dead-letters"))
-            .bearer_auth(INGEST)
-            .header("content-type", "application/json")
-            .body(
-                json!({"payload": {"n": n}, "workflow": {"id": "wf-1", "name": "Invoices"},
-                         "error": {"message": "customer <id> is missing", "status": 422}})
-                .to_string(),
-            )
-            .send()
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201);
+        post_record(
+            &s,
+            json!({"payload": {"n": n}, "workflow": {"id": "wf-1", "name": "Invoices"},
+                   "error": {"message": "customer <id> is missing", "status": 422}}),
+        );
     }
-    let r = c
-        .post(s.url("/ui/signin"))
-        .form(&[("token", OPS)])
-        .send()
-        .unwrap();
-    let cookie = r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let page = c
-        .get(s.url("/ui/groups"))
-        .header("cookie", &cookie)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let ana = Ui::sign_in(&s, OPS);
+    let (_, page) = ana.get("/ui/groups");
     assert!(page.contains("3 open of 3"), "{page}");
     assert!(page.contains("customer &lt;id&gt; is missing"));
     let at = page.find("action=\"/ui/groups/").unwrap() + "action=\"/ui/groups/".len();
     let fp = page[at..at + 16].to_owned();
-    let act = |fields: &[(&str, &str)]| {
-        c.post(s.url(&format!("/ui/groups/{fp}/act")))
-            .header("cookie", &cookie)
-            .form(fields)
-            .send()
-            .unwrap()
-    };
-    assert_eq!(
-        act(&[("action", "resolve")]).status().as_u16(),
-        403,
-        "no CSRF token"
+    let act = format!("/ui/groups/{fp}/act");
+    let (st, _, _) = ana.post(&act, &[("action", "resolve")], false);
+    assert_eq!(st, 403, "no CSRF token");
+    let (st, _, done) = ana.post(
+        &act,
+        &[("action", "resolve"), ("text", "fixed in the CRM")],
+        true,
     );
-    let token = csrf(&page);
-    let r = act(&[
-        ("action", "resolve"),
-        ("text", "fixed in the CRM"),
-        ("csrf", &token),
-    ]);
-    assert_eq!(r.status().as_u16(), 200);
-    assert!(r
-        .text()
-        .unwrap()
-        .contains("<strong>3</strong> of 3 open record(s) changed"));
+    assert_eq!(st, 200);
+    assert!(done.contains("<strong>3</strong> of 3 open record(s) changed"));
     let list = s
         .client
         .get(s.url(&format!("/v1/dead-letters?fingerprint={fp}")))
@@ -701,14 +778,7 @@ fn a_failure_group_is_resolved_in_one_action_each_record_audited() {
         .unwrap();
     for r in list["items"].as_array().unwrap() {
         assert_eq!(r["status"], "resolved");
-        let rec = s
-            .client
-            .get(s.url(&format!("/v1/dead-letters/{}", r["id"])))
-            .bearer_auth(OPS)
-            .send()
-            .unwrap()
-            .json::<serde_json::Value>()
-            .unwrap();
+        let rec = record(&s, r["id"].as_i64().unwrap());
         assert_eq!(
             rec["events"].as_array().unwrap().last().unwrap()["actor"],
             "ana (ui)"
@@ -719,60 +789,19 @@ fn a_failure_group_is_resolved_in_one_action_each_record_audited() {
 #[test]
 fn a_payload_edit_shows_its_diff_first_and_keeps_the_original() {
     let s = server();
-    let c = client();
-    let r = s
-        .client
-        .post(s.url("/v1/dead-letters"))
-        .bearer_auth(INGEST)
-        .header("content-type", "application/json")
-        .body(json!({"payload": {"orderId": "A-9", "amount": null}, "error": {"message": "amount is required", "status": 422}}).to_string())
-        .send()
-        .unwrap();
-    let id = r.json::<serde_json::Value>().unwrap()["id"]
-        .as_i64()
-        .unwrap();
-    let r = c
-        .post(s.url("/ui/signin"))
-        .form(&[("token", OPS)])
-        .send()
-        .unwrap();
-    let cookie = r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let page = c
-        .get(s.url(&format!("/ui/records/{id}")))
-        .header("cookie", &cookie)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    let token = csrf(&page);
-    let edit = |fields: &[(&str, &str)]| {
-        c.post(s.url(&format!("/ui/records/{id}/edit")))
-            .header("cookie", &cookie)
-            .form(fields)
-            .send()
-            .unwrap()
-    };
+    let id = post_record(
+        &s,
+        json!({"payload": {"orderId": "A-9", "amount": null}, "error": {"message": "amount is required", "status": 422}}),
+    );
+    let ana = Ui::sign_in(&s, OPS);
+    let edit = format!("/ui/records/{id}/edit");
     let fixed = r#"{"orderId": "A-9", "amount": 12.5}"#;
-    assert_eq!(
-        edit(&[("json", "{not json"), ("version", "1"), ("csrf", &token)])
-            .status()
-            .as_u16(),
-        400
-    );
-    assert_eq!(
-        edit(&[("json", fixed), ("version", "1")]).status().as_u16(),
-        403,
-        "no CSRF token"
-    );
-    let preview = edit(&[("json", fixed), ("version", "1"), ("csrf", &token)]);
-    assert_eq!(preview.status().as_u16(), 200);
-    let preview = preview.text().unwrap();
+    let (st, _, _) = ana.post(&edit, &[("json", "{not json"), ("version", "1")], true);
+    assert_eq!(st, 400);
+    let (st, _, _) = ana.post(&edit, &[("json", fixed), ("version", "1")], false);
+    assert_eq!(st, 403, "no CSRF token");
+    let (st, _, preview) = ana.post(&edit, &[("json", fixed), ("version", "1")], true);
+    assert_eq!(st, 200);
     assert!(
         preview.contains("&quot;op&quot;: &quot;replace&quot;")
             || preview.contains("\"op\": \"replace\""),
@@ -780,24 +809,14 @@ fn a_payload_edit_shows_its_diff_first_and_keeps_the_original() {
     );
     assert!(preview.contains("/amount"));
     // Nothing is saved by a preview.
-    let v = |s: &Server| {
-        s.client
-            .get(s.url(&format!("/v1/dead-letters/{id}")))
-            .bearer_auth(OPS)
-            .send()
-            .unwrap()
-            .json::<serde_json::Value>()
-            .unwrap()
-    };
-    assert_eq!(v(&s)["payload_version"], 1);
-    let r = edit(&[
-        ("json", fixed),
-        ("version", "1"),
-        ("csrf", &token),
-        ("confirm", "yes"),
-    ]);
-    assert_eq!(r.status().as_u16(), 303);
-    let rec = v(&s);
+    assert_eq!(record(&s, id)["payload_version"], 1);
+    let (st, _, _) = ana.post(
+        &edit,
+        &[("json", fixed), ("version", "1"), ("confirm", "yes")],
+        true,
+    );
+    assert_eq!(st, 303);
+    let rec = record(&s, id);
     assert_eq!(rec["payload_version"], 2);
     assert_eq!(rec["payload"]["amount"], 12.5);
     assert_eq!(
@@ -810,145 +829,6 @@ fn a_payload_edit_shows_its_diff_first_and_keeps_the_original() {
         (last["kind"].as_str(), last["actor"].as_str()),
         (Some("payload_edited"), Some("ana (ui)"))
     );
-}
-
-const ADMIN: &str = "ui-admin-token-0123456789abcdefgh";
-
-/// A server with a replay target, an operator (ana), an admin (bob) and n8n's ingest token;
-/// partition "billing" needs a second person to approve its replays.
-fn replay_server(target: &str) -> Server {
-    let d = |t: &str| hex::encode(Sha256::digest(t.as_bytes()));
-    Server::start_with(&format!(
-        "[[auth.tokens]]\nname = \"ana\"\nrole = \"operator\"\nsha256 = \"{}\"\n\
-         [[auth.tokens]]\nname = \"bob\"\nrole = \"admin\"\nsha256 = \"{}\"\n\
-         [[auth.tokens]]\nname = \"n8n\"\nrole = \"ingest\"\nsha256 = \"{}\"\n\
-         [delivery]\ntick = \"50ms\"\nrate_initial = 100.0\nrate_max = 100.0\n\
-         [replay]\nrequire_approval = [\"billing\"]\n\
-         [[targets]]\nname = \"orders\"\nurl = \"{target}\"\npartitions = [\"orders\", \"billing\"]\n",
-        d(OPS),
-        d(ADMIN),
-        d(INGEST)
-    ))
-}
-
-/// A signed-in browser stand-in: its session cookie, and the CSRF token of the last page read.
-struct Ui<'a> {
-    s: &'a Server,
-    c: reqwest::blocking::Client,
-    cookie: String,
-    csrf: String,
-}
-
-impl<'a> Ui<'a> {
-    fn sign_in(s: &'a Server, token: &str) -> Ui<'a> {
-        let c = client();
-        let r = c
-            .post(s.url("/ui/signin"))
-            .form(&[("token", token)])
-            .send()
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 303);
-        let cookie = r.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
-        let mut ui = Ui {
-            s,
-            c,
-            cookie,
-            csrf: String::new(),
-        };
-        let (_, page) = ui.get("/ui/records");
-        ui.csrf = csrf(&page);
-        ui
-    }
-
-    fn get(&self, path: &str) -> (u16, String) {
-        let r = self
-            .c
-            .get(self.s.url(path))
-            .header("cookie", &self.cookie)
-            .send()
-            .unwrap();
-        (r.status().as_u16(), r.text().unwrap())
-    }
-
-    /// A form post (fields may repeat); `with_csrf` adds the session's token.
-    fn post(&self, path: &str, fields: &[(&str, &str)], with_csrf: bool) -> (u16, String, String) {
-        let mut all: Vec<(&str, &str)> = fields.to_vec();
-        if with_csrf {
-            all.push(("csrf", &self.csrf));
-        }
-        let r = self
-            .c
-            .post(self.s.url(path))
-            .header("cookie", &self.cookie)
-            .form(&all)
-            .send()
-            .unwrap();
-        let location = r
-            .headers()
-            .get("location")
-            .map(|l| l.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        (r.status().as_u16(), location, r.text().unwrap())
-    }
-}
-
-/// The `seen` marks of a dry-run page's confirm form (how the dry run saw each record).
-fn seen(dry: &str) -> Vec<String> {
-    dry.match_indices("name=\"seen\" value=\"")
-        .map(|(at, m)| {
-            let rest = &dry[at + m.len()..];
-            rest[..rest.find('"').unwrap()].to_owned()
-        })
-        .collect()
-}
-
-impl Ui<'_> {
-    /// Dry run, then confirm what it showed: the job's page (or the status and page).
-    fn replay(&self, id: i64) -> (u16, String, String) {
-        let ids = id.to_string();
-        let (st, _, dry) = self.post("/ui/replay", &[("ids", &ids)], true);
-        assert_eq!(st, 200, "{dry}");
-        let marks = seen(&dry);
-        let mut fields = vec![("ids", ids.as_str()), ("confirm", "yes")];
-        fields.extend(marks.iter().map(|m| ("seen", m.as_str())));
-        self.post("/ui/replay", &fields, true)
-    }
-}
-
-fn ingest(s: &Server, partition: &str, n: i64) -> i64 {
-    let r = s
-        .client
-        .post(s.url("/v1/dead-letters"))
-        .bearer_auth(INGEST)
-        .header("content-type", "application/json")
-        .body(
-            json!({"partition": partition, "payload": {"orderId": format!("A-{n}"), "amount": null},
-                   "idempotency_key": format!("order-{n}"),
-                   "error": {"message": "amount is required", "status": 422}})
-            .to_string(),
-        )
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
-    r.json::<serde_json::Value>().unwrap()["id"]
-        .as_i64()
-        .unwrap()
-}
-
-fn record(s: &Server, id: i64) -> serde_json::Value {
-    s.client
-        .get(s.url(&format!("/v1/dead-letters/{id}")))
-        .bearer_auth(OPS)
-        .send()
-        .unwrap()
-        .json::<serde_json::Value>()
-        .unwrap()
 }
 
 #[test]

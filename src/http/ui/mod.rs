@@ -28,7 +28,7 @@ mod replay;
 use axum::body::Bytes;
 
 use super::read::{filter_from, read, ListQuery};
-use super::AppState;
+use super::{ApiError, AppState};
 use crate::model::{Role, Status};
 use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, RecordDetail};
 
@@ -393,6 +393,25 @@ fn not_done(status: StatusCode, title: &str, v: &Viewer, why: &str, back: &str) 
         .into_response()
 }
 
+/// What a page could not show, in the API error's words: not found (404), a bad filter (422),
+/// or the database failing (500).
+fn unreadable(v: &Viewer, e: ApiError) -> Response {
+    let title = match e.status {
+        StatusCode::NOT_FOUND => "Not found",
+        s if s.is_client_error() => "Not shown",
+        _ => "Not readable",
+    };
+    (
+        e.status,
+        page(
+            title,
+            Some(v),
+            html! { p.error role="alert" { (e.message) } },
+        ),
+    )
+        .into_response()
+}
+
 fn forbidden_csrf() -> Response {
     (
         StatusCode::FORBIDDEN,
@@ -443,12 +462,9 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Response
         Ok((s, i, c, g, waiting))
     })
     .await;
-    let Ok((s, ingress, closed, g, waiting)) = got else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the database could not be read",
-        )
-            .into_response();
+    let (s, ingress, closed, g, waiting) = match got {
+        Ok(got) => got,
+        Err(e) => return unreadable(&v, e),
     };
     let gates = state
         .scheduler
@@ -536,20 +552,11 @@ async fn list(
     let echo = filters(&q);
     let filter = match filter_from(q) {
         Ok(f) => f,
-        Err(e) => {
-            return (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                page("Records", Some(&v), html! { p.error { (e.message) } }),
-            )
-                .into_response()
-        }
+        Err(e) => return unreadable(&v, e),
     };
-    let Ok(pg) = read(&state.store.readers, move |p| p.list(&filter)).await else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the database could not be read",
-        )
-            .into_response();
+    let pg = match read(&state.store.readers, move |p| p.list(&filter)).await {
+        Ok(pg) => pg,
+        Err(e) => return unreadable(&v, e),
     };
     let value = |name: &str| {
         echo.iter()
@@ -697,27 +704,17 @@ async fn detail(
     let Some(v) = viewer(&state, &headers) else {
         return to_signin();
     };
-    let Ok(id) = crate::model::RecordId::parse(&id) else {
-        return (
-            StatusCode::NOT_FOUND,
-            page("Not found", Some(&v), html! { p { "No such record." } }),
-        )
-            .into_response();
+    let id = match crate::model::RecordId::parse(&id) {
+        Ok(id) => id.get(),
+        Err(e) => return unreadable(&v, ApiError::not_found(e)),
     };
-    let id = id.get();
     let got = read(&state.store.readers, move |p| {
         Ok((p.get(id)?, p.payload_history(id)?))
     })
     .await;
     let (d, history): (RecordDetail, Vec<crate::store::DocumentView>) = match got {
         Ok(d) => d,
-        Err(_) => {
-            return (
-                StatusCode::NOT_FOUND,
-                page("Not found", Some(&v), html! { p { "No such record." } }),
-            )
-                .into_response()
-        }
+        Err(e) => return unreadable(&v, e),
     };
     let r = &d.summary;
     let closed = r.status.is_closed();
@@ -941,12 +938,9 @@ async fn groups(State(state): State<AppState>, headers: HeaderMap) -> Response {
         limit: 200,
         ..GroupFilter::default()
     };
-    let Ok(list) = read(&state.store.readers, move |p| p.groups(&filter)).await else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the database could not be read",
-        )
-            .into_response();
+    let list = match read(&state.store.readers, move |p| p.groups(&filter)).await {
+        Ok(list) => list,
+        Err(e) => return unreadable(&v, e),
     };
     page(
         "Failure groups",

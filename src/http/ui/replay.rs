@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde_json::Value;
 
-use super::{back_link, form_viewer, not_done, page, to_signin, viewer, when, Fields};
+use super::{back_link, form_viewer, not_done, page, to_signin, unreadable, viewer, when, Fields};
 use crate::http::read::read;
 use crate::http::replays::{move_job, runner_note, start, ReplayBody, Started};
-use crate::http::AppState;
+use crate::http::{ApiError, AppState};
 use crate::store::jobs::JobStatus;
 
 /// `POST /ui/replay`: without `confirm=yes` a dry run, shown with a form to confirm; with it,
@@ -175,12 +175,9 @@ pub(super) async fn jobs(State(state): State<AppState>, headers: HeaderMap) -> R
     let Some(v) = viewer(&state, &headers) else {
         return to_signin();
     };
-    let Ok(mut list) = read(&state.store.readers, |p| p.jobs(200)).await else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the database could not be read",
-        )
-            .into_response();
+    let mut list = match read(&state.store.readers, |p| p.jobs(200)).await {
+        Ok(list) => list,
+        Err(e) => return unreadable(&v, e),
     };
     list.sort_by_key(|j| (j.status != JobStatus::AwaitingApproval, -j.id));
     page(
@@ -218,15 +215,12 @@ pub(super) async fn job(
         return to_signin();
     };
     let found = match id.parse::<i64>() {
-        Ok(id) => read(&state.store.readers, move |p| p.job(id)).await.ok(),
-        Err(_) => None,
+        Ok(id) => read(&state.store.readers, move |p| p.job(id)).await,
+        Err(_) => Err(ApiError::not_found(format!("no replay job {id}"))),
     };
-    let Some(j) = found else {
-        return (
-            StatusCode::NOT_FOUND,
-            page("Not found", Some(&v), html! { p { "No such replay job." } }),
-        )
-            .into_response();
+    let j = match found {
+        Ok(j) => j,
+        Err(e) => return unreadable(&v, e),
     };
     let note = runner_note(&state, j.id, j.status);
     let done = j.counts.total - j.counts.pending;
