@@ -15,7 +15,9 @@ use super::openapi::{ErrorBody, GroupActionAnswer, GroupActionBody, Groups, Patc
 use super::read::read;
 use super::{ApiError, AppState, Caller};
 use crate::model::{FailureClass, Fingerprint, RecordId, ShortText, Status};
-use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, PayloadEdit, RecordSummary};
+use crate::store::{
+    Change, Chosen, GroupAction, GroupActionKind, GroupFilter, PayloadEdit, RecordSummary,
+};
 
 pub const MAX_NOTE_BYTES: usize = 4096;
 pub const MAX_TAGS: usize = 32;
@@ -110,7 +112,7 @@ fn expected_version(headers: &HeaderMap, body: Option<i64>) -> Result<Option<i64
     }
 }
 
-fn short(field: &str, v: &str, max: usize) -> Result<String, ApiError> {
+pub(super) fn short(field: &str, v: &str, max: usize) -> Result<String, ApiError> {
     ShortText::parse(field, v, max)
         .map(ShortText::into_string)
         .map_err(|m| ApiError::invalid(field, m))
@@ -330,7 +332,7 @@ pub async fn group_action(
         .store
         .writer
         .group_action(GroupAction {
-            fingerprint,
+            chosen: Chosen::Group(fingerprint),
             actor: caller.actor("api"),
             at_ms: chrono::Utc::now().timestamp_millis(),
             kind,

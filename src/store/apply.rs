@@ -83,15 +83,26 @@ pub struct PayloadEdit {
     pub diff: serde_json::Value,
 }
 
-/// One bulk action over the open records of a failure group.
+/// One bulk action: over the open records of a failure group, or over records chosen by id.
+/// One transaction; each record is changed and audited on its own.
 #[derive(Debug, Clone)]
 pub struct GroupAction {
-    pub fingerprint: Fingerprint,
+    pub chosen: Chosen,
     pub actor: String,
     pub at_ms: i64,
     pub kind: GroupActionKind,
     /// Reason for the status change (required for skip), or the owner for assign.
     pub text: Option<String>,
+}
+
+/// The records a bulk action applies to.
+#[derive(Debug, Clone)]
+pub enum Chosen {
+    /// Every open record of this failure group.
+    Group(Fingerprint),
+    /// These records (the web page's ticked rows); one the action does not fit is reported,
+    /// one that does not exist refuses the whole action.
+    Ids(Vec<i64>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +111,8 @@ pub enum GroupActionKind {
     Skip,
     Assign,
     ReadyForReplay,
+    /// Add the text to each record's audit trail.
+    Note,
 }
 
 /// What a bulk action did to one record.
@@ -516,25 +529,13 @@ fn tags_json(tags: &[String]) -> String {
     serde_json::to_string(tags).unwrap_or_else(|_| "[]".into())
 }
 
-/// Apply one action to every open record of a group, each audited on its own; a record the
-/// action does not fit (an illegal move) is reported and left as it was.
+/// Apply one action to every chosen record, each audited on its own; a record the action does
+/// not fit (an illegal move) is reported and left as it was.
 pub fn group_action(conn: &Connection, a: &GroupAction) -> Result<Vec<GroupItem>, StoreError> {
-    let ids: Vec<i64> = conn
-        .prepare_cached(&format!(
-            "SELECT id FROM dead_letters WHERE fingerprint = ?1 AND status NOT IN {CLOSED_SQL} ORDER BY id"
-        ))?
-        .query_map([a.fingerprint.as_i64()], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    if ids.is_empty() {
-        let known: bool = conn
-            .prepare_cached("SELECT 1 FROM groups WHERE fingerprint = ?1")?
-            .query_row([a.fingerprint.as_i64()], |_| Ok(true))
-            .optional()?
-            .unwrap_or(false);
-        if !known {
-            return Err(StoreError::NoGroup(a.fingerprint.to_string()));
-        }
-    }
+    let ids: Vec<i64> = match &a.chosen {
+        Chosen::Ids(ids) => ids.clone(),
+        Chosen::Group(fp) => open_of_group(conn, *fp)?,
+    };
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         let mut c = Change {
@@ -550,6 +551,7 @@ pub fn group_action(conn: &Connection, a: &GroupAction) -> Result<Vec<GroupItem>
                 c.status = Some((Status::ReadyForReplay, a.text.clone()))
             }
             GroupActionKind::Assign => c.owner = Some(a.text.clone()),
+            GroupActionKind::Note => c.note = a.text.clone(),
         }
         match change(conn, &c) {
             Ok(s) => out.push(GroupItem {
@@ -571,6 +573,27 @@ pub fn group_action(conn: &Connection, a: &GroupAction) -> Result<Vec<GroupItem>
         }
     }
     Ok(out)
+}
+
+/// The open records of a failure group, oldest first (a group nobody knows is refused).
+fn open_of_group(conn: &Connection, fp: Fingerprint) -> Result<Vec<i64>, StoreError> {
+    let ids: Vec<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT id FROM dead_letters WHERE fingerprint = ?1 AND status NOT IN {CLOSED_SQL} ORDER BY id"
+        ))?
+        .query_map([fp.as_i64()], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if ids.is_empty() {
+        let known: bool = conn
+            .prepare_cached("SELECT 1 FROM groups WHERE fingerprint = ?1")?
+            .query_row([fp.as_i64()], |_| Ok(true))
+            .optional()?
+            .unwrap_or(false);
+        if !known {
+            return Err(StoreError::NoGroup(fp.to_string()));
+        }
+    }
+    Ok(ids)
 }
 
 /// Take a due record for sending: it moves (as deadletter) from `from` to `to` and is leased

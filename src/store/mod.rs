@@ -28,7 +28,7 @@ use rusqlite::{Connection, OpenFlags};
 
 pub use apply::SYSTEM as SYSTEM_ACTOR;
 pub use apply::{
-    AttemptRecord, Change, Claim, Claimed, Finish, GroupAction, GroupActionKind, GroupItem,
+    AttemptRecord, Change, Chosen, Claim, Claimed, Finish, GroupAction, GroupActionKind, GroupItem,
     IngestOutcome, NewRecord, Next, PayloadEdit, PoisonRule, SYSTEM,
 };
 pub use codec::{Codec, Encoded};

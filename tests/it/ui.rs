@@ -1050,6 +1050,46 @@ fn records_chosen_in_the_list_are_changed_together_each_audited() {
         true,
     );
     assert!(again.contains("<strong>1</strong> of 2"), "{again}");
+    // A note on the chosen ones, in the same one transaction; a note longer than the API
+    // allows is refused whole.
+    let (st, _, _) = ana.post(
+        "/ui/records/bulk",
+        &[
+            ("ids", &ids[2].to_string()),
+            ("action", "note"),
+            ("text", "called the customer"),
+        ],
+        true,
+    );
+    assert_eq!(st, 200);
+    let last = record(&s, ids[2])["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (last["kind"].as_str(), last["actor"].as_str()),
+        (Some("noted"), Some("ana (ui)"))
+    );
+    let before = record(&s, ids[2])["events"].as_array().unwrap().len();
+    let long = "x".repeat(5000);
+    let (st, _, refused) = ana.post(
+        "/ui/records/bulk",
+        &[
+            ("ids", &ids[2].to_string()),
+            ("action", "note"),
+            ("text", &long),
+        ],
+        true,
+    );
+    assert_eq!(st, 422);
+    assert!(refused.contains("text"), "{refused}");
+    assert_eq!(
+        record(&s, ids[2])["events"].as_array().unwrap().len(),
+        before,
+        "nothing written"
+    );
 
     // The list's filters are the API's: status (a choice), owner, dates, and paging keeps them.
     let c = ids[2].to_string();

@@ -30,7 +30,7 @@ use axum::body::Bytes;
 use super::read::{filter_from, read, ListQuery};
 use super::{ApiError, AppState};
 use crate::model::{Role, Status};
-use crate::store::{Change, GroupAction, GroupActionKind, GroupFilter, RecordDetail};
+use crate::store::{Change, Chosen, GroupAction, GroupActionKind, GroupFilter, RecordDetail};
 
 const CSS: &str = include_str!("ui.css");
 const LIVE_JS: &str = include_str!("live.js");
@@ -410,6 +410,13 @@ fn unreadable(v: &Viewer, e: ApiError) -> Response {
         ),
     )
         .into_response()
+}
+
+/// What the store refused (a stale version, an illegal move, a missing reason…), with the
+/// status and words the API would give.
+fn refused(v: &Viewer, title: &str, e: crate::store::StoreError, back: &str) -> Response {
+    let e = ApiError::from(e);
+    not_done(e.status, title, v, &e.message, back)
 }
 
 fn forbidden_csrf() -> Response {
@@ -895,11 +902,13 @@ async fn act(
             .await;
         return match asked {
             Ok(_) => Redirect::to(&back).into_response(),
-            Err(e) => not_done(StatusCode::CONFLICT, "Not done", &v, &e.to_string(), &back),
+            Err(e) => refused(&v, "Not done", e, &back),
         };
     }
-    let text = f.text.trim();
-    let reason = (!text.is_empty()).then(|| text.to_owned());
+    let reason = match form_text(&f.text) {
+        Ok(t) => t,
+        Err(e) => return not_done(e.status, "Not done", &v, &e.message, &back),
+    };
     let mut change = Change {
         id: rid.get(),
         actor: v.actor(),
@@ -916,14 +925,8 @@ async fn act(
         _ => return StatusCode::UNPROCESSABLE_ENTITY.into_response(),
     }
     match state.store.writer.change(change).await {
-        Ok(_) => Redirect::to(&format!("/ui/records/{}", rid.get())).into_response(),
-        Err(e) => not_done(
-            StatusCode::CONFLICT,
-            "Not done",
-            &v,
-            &e.to_string(),
-            &format!("/ui/records/{}", rid.get()),
-        ),
+        Ok(_) => Redirect::to(&back).into_response(),
+        Err(e) => refused(&v, "Not done", e, &back),
     }
 }
 
@@ -1001,75 +1004,7 @@ async fn group_act(
     let Ok(fp) = crate::model::Fingerprint::parse(&fingerprint) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let kind = match f.action.as_str() {
-        "resolve" => GroupActionKind::Resolve,
-        "skip" => GroupActionKind::Skip,
-        "assign" => GroupActionKind::Assign,
-        "ready_for_replay" => GroupActionKind::ReadyForReplay,
-        _ => return StatusCode::UNPROCESSABLE_ENTITY.into_response(),
-    };
-    let text = f.text.trim();
-    let result = state
-        .store
-        .writer
-        .group_action(GroupAction {
-            fingerprint: fp,
-            actor: v.actor(),
-            at_ms: chrono::Utc::now().timestamp_millis(),
-            kind,
-            text: (!text.is_empty()).then(|| text.to_owned()),
-        })
-        .await;
-    let items = match result {
-        Ok(items) => items,
-        Err(e) => {
-            return not_done(
-                StatusCode::CONFLICT,
-                "Not done",
-                &v,
-                &e.to_string(),
-                "/ui/groups",
-            )
-        }
-    };
-    let items: Vec<Outcome> = items
-        .into_iter()
-        .map(|i| Outcome {
-            id: i.id,
-            ok: i.ok,
-            now: i.status.as_str().to_owned(),
-            error: i.error,
-        })
-        .collect();
-    results("Group action", &v, &items, "open record(s)", "/ui/groups")
-}
-
-/// One record of a bulk action: changed or not, its status now, and why not.
-struct Outcome {
-    id: i64,
-    ok: bool,
-    now: String,
-    error: Option<String>,
-}
-
-/// What a bulk action did, record by record.
-fn results(title: &str, v: &Viewer, items: &[Outcome], what: &str, back: &str) -> Response {
-    let done = items.iter().filter(|i| i.ok).count();
-    page(
-        title,
-        Some(v),
-        html! {
-            p { strong { (done) } " of " (items.len()) " " (what) " changed." }
-            table {
-                thead { tr { th { "Record" } th { "Now" } th { "Refused because" } } }
-                tbody { @for i in items {
-                    tr { td { a href=(format!("/ui/records/{}", i.id)) { (i.id) } } td { (i.now) } td { (i.error.clone().unwrap_or_default()) } }
-                } }
-            }
-            (back_link(back))
-        },
-    )
-    .into_response()
+    apply_to(&state, &v, Chosen::Group(fp), &f.action, &f.text).await
 }
 
 // ---- bulk actions on the records chosen in the list ----
@@ -1083,83 +1018,92 @@ async fn bulk(State(state): State<AppState>, headers: HeaderMap, body: Bytes) ->
         Ok(v) => v,
         Err(refused) => return *refused,
     };
-    let ids = match f.ids() {
-        Ok(ids) if !ids.is_empty() && ids.len() <= BULK_MAX => ids,
-        Ok(ids) => {
-            let why = if ids.is_empty() {
-                "No record was selected: tick the records first.".to_owned()
-            } else {
-                format!("At most {BULK_MAX} records at once.")
-            };
-            return not_done(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Not done",
-                &v,
-                &why,
-                "/ui/records",
-            );
+    let why = match f.ids() {
+        Ok(ids) if !ids.is_empty() && ids.len() <= BULK_MAX => {
+            return apply_to(&state, &v, Chosen::Ids(ids), f.one("action"), f.one("text")).await
         }
-        Err(e) => {
-            return not_done(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Not done",
-                &v,
-                &e,
-                "/ui/records",
-            )
-        }
+        Ok(ids) if ids.is_empty() => "No record was selected: tick the records first.".to_owned(),
+        Ok(_) => format!("At most {BULK_MAX} records at once."),
+        Err(e) => e,
     };
-    let text = f.one("text").trim();
-    let reason = (!text.is_empty()).then(|| text.to_owned());
-    let action = f.one("action");
-    let mut items = Vec::with_capacity(ids.len());
-    for id in ids {
-        let mut change = Change {
-            id,
-            actor: v.actor(),
-            at_ms: chrono::Utc::now().timestamp_millis(),
-            ..Change::default()
-        };
-        match action {
-            "note" => change.note = reason.clone(),
-            "assign" => change.owner = Some(reason.clone()),
-            "resolve" => change.status = Some((Status::Resolved, reason.clone())),
-            "skip" => change.status = Some((Status::Skipped, reason.clone())),
-            "ready_for_replay" => change.status = Some((Status::ReadyForReplay, reason.clone())),
-            other => {
-                return not_done(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Not done",
-                    &v,
-                    &format!("No action `{other}`."),
-                    "/ui/records",
-                )
-            }
-        }
-        items.push(match state.store.writer.change(change).await {
-            Ok(r) => Outcome {
-                id,
-                ok: true,
-                now: r.status.as_str().to_owned(),
-                error: None,
-            },
-            Err(e) => Outcome {
-                id,
-                ok: false,
-                now: read(&state.store.readers, move |p| p.summary(id))
-                    .await
-                    .map_or_else(|_| "—".to_owned(), |r| r.status.as_str().to_owned()),
-                error: Some(e.to_string()),
-            },
-        });
-    }
-    results(
-        "Bulk action",
+    not_done(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Not done",
         &v,
-        &items,
-        "selected record(s)",
+        &why,
         "/ui/records",
     )
+}
+
+/// A form's free text (a note, a reason, an owner): trimmed, empty = none, at most as long as
+/// the API allows.
+fn form_text(raw: &str) -> Result<Option<String>, ApiError> {
+    match raw.trim() {
+        "" => Ok(None),
+        t => super::triage::short("text", t, super::triage::MAX_NOTE_BYTES).map(Some),
+    }
+}
+
+/// One action over the chosen records — one writer transaction, each record changed and
+/// audited on its own (the same code as the API's group action) — and the page that says what
+/// it did to each.
+async fn apply_to(
+    state: &AppState,
+    v: &Viewer,
+    chosen: Chosen,
+    action: &str,
+    text: &str,
+) -> Response {
+    let (title, what, back) = match chosen {
+        Chosen::Group(_) => ("Group action", "open record(s)", "/ui/groups"),
+        Chosen::Ids(_) => ("Bulk action", "selected record(s)", "/ui/records"),
+    };
+    let kind = match action {
+        "resolve" => GroupActionKind::Resolve,
+        "skip" => GroupActionKind::Skip,
+        "assign" => GroupActionKind::Assign,
+        "ready_for_replay" => GroupActionKind::ReadyForReplay,
+        "note" => GroupActionKind::Note,
+        other => {
+            let why = format!("No action `{other}`.");
+            return not_done(StatusCode::UNPROCESSABLE_ENTITY, "Not done", v, &why, back);
+        }
+    };
+    let text = match form_text(text) {
+        Ok(t) => t,
+        Err(e) => return not_done(e.status, "Not done", v, &e.message, back),
+    };
+    let result = state
+        .store
+        .writer
+        .group_action(GroupAction {
+            chosen,
+            actor: v.actor(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            kind,
+            text,
+        })
+        .await;
+    let items = match result {
+        Ok(items) => items,
+        Err(e) => return refused(v, "Not done", e, back),
+    };
+    let done = items.iter().filter(|i| i.ok).count();
+    page(
+        title,
+        Some(v),
+        html! {
+            p { strong { (done) } " of " (items.len()) " " (what) " changed." }
+            table {
+                thead { tr { th { "Record" } th { "Now" } th { "Refused because" } } }
+                tbody { @for i in &items {
+                    tr { td { a href=(format!("/ui/records/{}", i.id)) { (i.id) } } td { (i.status.as_str()) } td { (i.error.clone().unwrap_or_default()) } }
+                } }
+            }
+            (back_link(back))
+        },
+    )
+    .into_response()
 }
 
 // ---- payload edit: preview the diff, then save ----
@@ -1246,6 +1190,6 @@ async fn edit(
     };
     match state.store.writer.change(change).await {
         Ok(_) => Redirect::to(&format!("/ui/records/{id}")).into_response(),
-        Err(e) => not_done(StatusCode::CONFLICT, "Not saved", &v, &e.to_string(), &back),
+        Err(e) => refused(&v, "Not saved", e, &back),
     }
 }
