@@ -374,6 +374,32 @@ mod browser {
         .unwrap();
     }
 
+    /// Wait (without navigating) until the element's text is `want`.
+    async fn text_becomes(c: &Client, css: &str, want: &str, within: Duration) {
+        let end = std::time::Instant::now() + within;
+        let mut last = String::new();
+        while std::time::Instant::now() < end {
+            if let Ok(e) = c.find(Locator::Css(css)).await {
+                last = e.text().await.unwrap_or_default();
+                if last == want {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{css} never said {want:?} (last: {last:?})");
+    }
+
+    async fn click(c: &Client, css: &str) {
+        c.wait()
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sign_in_find_a_failure_note_it_resolve_it_in_a_real_browser() {
         let s = tokio::task::spawn_blocking(server).await.unwrap();
@@ -409,12 +435,7 @@ mod browser {
             .send_keys(OPS)
             .await
             .unwrap();
-        c.find(Locator::Css("form button[type=submit]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "form button[type=submit]").await;
         let who = c
             .wait()
             .for_element(Locator::Css(".who strong"))
@@ -445,12 +466,7 @@ mod browser {
             .send_keys("billing")
             .await
             .unwrap();
-        c.find(Locator::Css("form.filters button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "form.filters button").await;
         // The filtered list (its URL has the query) has the record.
         for _ in 0..200 {
             let url = c.current_url().await.unwrap();
@@ -503,19 +519,9 @@ mod browser {
             .send_keys("customer fixed the amount")
             .await
             .unwrap();
-        c.find(Locator::Css("button[value=note]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "button[value=note]").await;
         trail_has(c.clone(), "ana (ui) noted").await;
-        c.find(Locator::Css("button[value=resolve]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "button[value=resolve]").await;
         trail_has(c.clone(), "ana (ui) status_changed review → resolved").await;
         let status = c
             .find(Locator::XPath("//dt[.='Status']/following-sibling::dd[1]"))
@@ -535,12 +541,7 @@ mod browser {
         )
         .await
         .unwrap();
-        c.find(Locator::Css("button[value=note]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "button[value=note]").await;
         let refused = c
             .wait()
             .for_element(Locator::Css("p.error"))
@@ -555,32 +556,6 @@ mod browser {
         );
         shot(&c, "csrf-refused").await;
         c.close().await.unwrap();
-    }
-
-    /// Wait (without navigating) until the element's text is `want`.
-    async fn text_becomes(c: &Client, css: &str, want: &str, within: Duration) {
-        let end = std::time::Instant::now() + within;
-        let mut last = String::new();
-        while std::time::Instant::now() < end {
-            if let Ok(e) = c.find(Locator::Css(css)).await {
-                last = e.text().await.unwrap_or_default();
-                if last == want {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{css} never said {want:?} (last: {last:?})");
-    }
-
-    async fn click(c: &Client, css: &str) {
-        c.wait()
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
     }
 
     /// Edit → diff → save → dry run → replay to a local (slow) target → the job page follows
@@ -709,12 +684,7 @@ mod browser {
         assert!(got[0].body.contains("99.5"), "the edited version was sent");
 
         // The record says replayed.
-        c.find(Locator::Css("table.items a"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "table.items a").await;
         text_becomes(
             &c,
             "dl.meta dd:nth-of-type(1)",
